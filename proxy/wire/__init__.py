@@ -1,0 +1,54 @@
+"""Kafka wire codec facade over kio: framing, header peek, decode/encode, correlation table.
+
+Pure and synchronous (sans-IO): bytes in, frames and typed entities out. Nothing here opens a
+socket, starts a thread or reads a clock. Everything the rest of group-replay knows about
+Kafka message layouts comes from kio, which is generated from Kafka's own JSON schemas.
+"""
+
+from proxy.wire.apis import ApiKey, GROUP_API_KEYS, api_name
+from proxy.wire.codec import (
+    CodecError,
+    UnsupportedVersion,
+    decode_request,
+    decode_request_body,
+    decode_response,
+    decode_response_body,
+    encode_request,
+    encode_response,
+    request_schema,
+    response_schema,
+    supports,
+)
+from proxy.wire.framing import FrameDecoder, FrameError, frame
+from proxy.wire.headers import (
+    RequestHeaderInfo,
+    peek_correlation_id,
+    peek_request_header,
+    request_header_version,
+    response_header_version,
+)
+
+__all__ = [
+    "GROUP_API_KEYS",
+    "ApiKey",
+    "CodecError",
+    "FrameDecoder",
+    "FrameError",
+    "RequestHeaderInfo",
+    "UnsupportedVersion",
+    "api_name",
+    "decode_request",
+    "decode_request_body",
+    "decode_response",
+    "decode_response_body",
+    "encode_request",
+    "encode_response",
+    "frame",
+    "peek_correlation_id",
+    "peek_request_header",
+    "request_header_version",
+    "request_schema",
+    "response_header_version",
+    "response_schema",
+    "supports",
+]

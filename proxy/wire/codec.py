@@ -1,0 +1,145 @@
+"""Decode and encode whole request and response frames through kio.
+
+Frames here are the bytes after the int32 size prefix; `encode_*` return framed bytes (with the
+prefix) ready to write to a socket. Readers and writers are built once per (api_key, api_version).
+"""
+
+from __future__ import annotations
+
+import io
+from functools import lru_cache
+from typing import Any, Callable
+
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from proxy.wire.framing import FrameError, frame
+from proxy.wire.headers import RequestHeaderInfo, peek_request_header
+
+Entity = Any  # a kio request or response dataclass (kio's own protocols are not precise enough for mypy)
+
+
+class CodecError(ValueError):
+    """A frame that kio cannot decode as the (api_key, api_version) it claims to be."""
+
+
+class UnsupportedVersion(CodecError):
+    """kio has no schema for this (api_key, api_version)."""
+
+
+def supports(api_key: int, api_version: int) -> bool:
+    try:
+        load_request_schema(api_key, api_version)
+    except KioIndexError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=4096)
+def request_schema(api_key: int, api_version: int) -> type[Entity]:
+    try:
+        return load_request_schema(api_key, api_version)
+    except KioIndexError as exc:
+        raise UnsupportedVersion(f"no request schema for api_key={api_key} api_version={api_version}") from exc
+
+
+@lru_cache(maxsize=4096)
+def response_schema(api_key: int, api_version: int) -> type[Entity]:
+    try:
+        return load_response_schema(api_key, api_version)
+    except KioIndexError as exc:
+        raise UnsupportedVersion(f"no response schema for api_key={api_key} api_version={api_version}") from exc
+
+
+@lru_cache(maxsize=4096)
+def _reader(schema: type[Entity]) -> Callable[[bytes, int], tuple[Entity, int]]:
+    return entity_reader(schema)  # type: ignore[no-any-return]
+
+
+@lru_cache(maxsize=4096)
+def _writer(schema: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
+    return entity_writer(schema)  # type: ignore[no-any-return]
+
+
+def _read(schema: type[Entity], data: bytes, offset: int, what: str) -> Entity:
+    try:
+        entity, size = _reader(schema)(data, offset)
+    except (ValueError, IndexError, UnicodeDecodeError, OverflowError, TypeError) as exc:
+        raise CodecError(f"cannot decode {what}: {exc}") from exc
+    except Exception as exc:  # kio's native reader raises its own errors on truncated input
+        raise CodecError(f"cannot decode {what}: {type(exc).__name__}: {exc}") from exc
+    if offset + size != len(data):
+        raise CodecError(f"{what}: {len(data) - offset - size} trailing bytes after the body")
+    return entity
+
+
+def decode_request_body(header: RequestHeaderInfo, request_frame: bytes) -> Entity:
+    schema = request_schema(header.api_key, header.api_version)
+    return _read(schema, request_frame, header.header_size, f"{schema.__name__} v{header.api_version}")
+
+
+def decode_request(request_frame: bytes) -> tuple[RequestHeaderInfo, Entity]:
+    """Header and kio entity of a request frame. Raises FrameError, UnsupportedVersion or CodecError."""
+    header = peek_request_header(request_frame)
+    return header, decode_request_body(header, request_frame)
+
+
+def decode_response_body(response_frame: bytes, api_key: int, api_version: int, body_offset: int) -> Entity:
+    schema = response_schema(api_key, api_version)
+    return _read(schema, response_frame, body_offset, f"{schema.__name__} v{api_version}")
+
+
+def decode_response(response_frame: bytes, api_key: int, api_version: int) -> tuple[int, Entity]:
+    """(correlation_id, entity) of a response frame whose request was (api_key, api_version)."""
+    schema = response_schema(api_key, api_version)
+    header_schema = schema.__header_schema__
+    if len(response_frame) < 4:
+        raise FrameError(f"truncated response header ({len(response_frame)} bytes)")
+    try:
+        header, header_size = _reader(header_schema)(response_frame, 0)
+    except Exception as exc:
+        raise CodecError(f"cannot decode response header: {exc}") from exc
+    body = _read(schema, response_frame, header_size, f"{schema.__name__} v{api_version}")
+    return int(header.correlation_id), body
+
+
+def encode_request(entity: Entity, correlation_id: int, client_id: str | None) -> bytes:
+    """A framed request: size, header (v1 or v2 as the schema says), body."""
+    header_schema = type(entity).__header_schema__
+    header = header_schema(
+        request_api_key=i16(type(entity).__api_key__),
+        request_api_version=i16(type(entity).__version__),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    buffer = io.BytesIO()
+    _writer(header_schema)(buffer, header)
+    _writer(type(entity))(buffer, entity)
+    return frame(buffer.getvalue())
+
+
+def encode_response(entity: Entity, correlation_id: int) -> bytes:
+    """A framed response: size, header (v0 or v1 as the schema says), body."""
+    header_schema = type(entity).__header_schema__
+    buffer = io.BytesIO()
+    _writer(header_schema)(buffer, header_schema(correlation_id=i32(correlation_id)))
+    _writer(type(entity))(buffer, entity)
+    return frame(buffer.getvalue())
+
+
+__all__ = [
+    "CodecError",
+    "Entity",
+    "FrameError",
+    "UnsupportedVersion",
+    "decode_request",
+    "decode_request_body",
+    "decode_response",
+    "decode_response_body",
+    "encode_request",
+    "encode_response",
+    "request_schema",
+    "response_schema",
+    "supports",
+]

@@ -1,0 +1,1 @@
+"""Replay of recorded group sessions against the reference coordinator or a live broker."""

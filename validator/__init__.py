@@ -1,0 +1,1 @@
+"""PySpark validator: diffs expected and observed rebalances and writes the compatibility report."""
