@@ -13,8 +13,16 @@ import sys
 
 # subcommand -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "broker": ("harness.cli", "broker_main", "start, stop or inspect a real Kafka broker built from Maven jars"),
-    "demo": ("harness.demo", "main", "run a demo consumer group (static and dynamic members) on a real broker"),
+    "broker": (
+        "harness.cli",
+        "broker_main",
+        "start, stop or inspect a real Kafka broker built from Maven jars",
+    ),
+    "demo": (
+        "harness.demo",
+        "main",
+        "run a demo consumer group (static and dynamic members) on a real broker",
+    ),
     "proxy": ("proxy.cli", "main", "transparent Kafka proxy that records group traffic and can rewrite it"),
     "capture": ("proxy.capture.cli", "main", "show or export a pcapng capture recorded by the proxy"),
     "coordinator": ("replay.cli", "coordinator_main", "serve the reference group coordinator over TCP"),

@@ -58,7 +58,9 @@ class RebalanceEvent:
         unknown = set(row) - known
         missing = known - set(row)
         if unknown or missing:
-            raise ValueError(f"event row: unknown columns {sorted(unknown)}, missing columns {sorted(missing)}")
+            raise ValueError(
+                f"event row: unknown columns {sorted(unknown)}, missing columns {sorted(missing)}"
+            )
         values = dict(row)
         if values["assignment"] is not None:
             values["assignment"] = tuple(values["assignment"])

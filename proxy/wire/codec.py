@@ -7,8 +7,9 @@ prefix) ready to write to a socket. Readers and writers are built once per (api_
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -41,7 +42,9 @@ def request_schema(api_key: int, api_version: int) -> type[Entity]:
     try:
         return load_request_schema(api_key, api_version)
     except KioIndexError as exc:
-        raise UnsupportedVersion(f"no request schema for api_key={api_key} api_version={api_version}") from exc
+        raise UnsupportedVersion(
+            f"no request schema for api_key={api_key} api_version={api_version}"
+        ) from exc
 
 
 @lru_cache(maxsize=4096)
@@ -49,7 +52,9 @@ def response_schema(api_key: int, api_version: int) -> type[Entity]:
     try:
         return load_response_schema(api_key, api_version)
     except KioIndexError as exc:
-        raise UnsupportedVersion(f"no response schema for api_key={api_key} api_version={api_version}") from exc
+        raise UnsupportedVersion(
+            f"no response schema for api_key={api_key} api_version={api_version}"
+        ) from exc
 
 
 @lru_cache(maxsize=4096)

@@ -13,8 +13,7 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kio.index import load_request_schema, load_response_schema
-from kio.index import KioIndexError
+from kio.index import KioIndexError, load_request_schema, load_response_schema
 
 from proxy.wire.framing import FrameError
 
