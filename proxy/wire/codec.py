@@ -57,14 +57,22 @@ def response_schema(api_key: int, api_version: int) -> type[Entity]:
         ) from exc
 
 
-@lru_cache(maxsize=4096)
+_READERS: dict[object, Callable[[bytes, int], tuple[Entity, int]]] = {}
+_WRITERS: dict[object, Callable[[io.BytesIO, Entity], None]] = {}
+
+
 def _reader(schema: type[Entity]) -> Callable[[bytes, int], tuple[Entity, int]]:
-    return entity_reader(schema)  # type: ignore[no-any-return]
+    reader = _READERS.get(schema)
+    if reader is None:
+        reader = _READERS[schema] = entity_reader(schema)
+    return reader
 
 
-@lru_cache(maxsize=4096)
 def _writer(schema: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
-    return entity_writer(schema)  # type: ignore[no-any-return]
+    writer = _WRITERS.get(schema)
+    if writer is None:
+        writer = _WRITERS[schema] = entity_writer(schema)
+    return writer
 
 
 def _read(schema: type[Entity], data: bytes, offset: int, what: str) -> Entity:

@@ -1,0 +1,114 @@
+"""The embedded consumer protocol: subscription metadata in JoinGroup, assignments in SyncGroup.
+
+Both are versioned blobs: an int16 version, then the body of `ConsumerProtocolSubscription` or
+`ConsumerProtocolAssignment` (Kafka's `clients/.../common/message/ConsumerProtocol*.json`, which kio
+generates). Like Kafka's `ConsumerProtocol.deserializeAssignment`, a version newer than we know is
+read with the newest schema we have, since later versions only append fields.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import typing
+from functools import lru_cache
+from typing import Any
+
+from kio.index import load_entity_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import i32
+
+from proxy.wire.codec import CodecError
+
+_VERSION = struct.Struct(">h")
+_MAX_ASSIGNMENT_VERSION = 3
+_MAX_SUBSCRIPTION_VERSION = 3
+
+
+@lru_cache(maxsize=16)
+def _schema(name: str, api_version: int) -> Any:
+    return load_entity_schema(name, api_version, EntityType.data)
+
+
+def _decode(name: str, newest: int, data: bytes) -> tuple[int, Any]:
+    if len(data) < 2:
+        raise CodecError(f"{name}: {len(data)} bytes, too short for a version")
+    (blob_version,) = _VERSION.unpack_from(data, 0)
+    if blob_version < 0:
+        raise CodecError(f"{name}: negative version {blob_version}")
+    schema = _schema(name, min(blob_version, newest))
+    try:
+        entity, _size = entity_reader(schema)(data, 2)
+    except Exception as exc:
+        raise CodecError(f"cannot decode {name} v{blob_version}: {exc}") from exc
+    return int(blob_version), entity
+
+
+def _encode(name: str, blob_version: int, entity: Any) -> bytes:
+    buffer = io.BytesIO()
+    buffer.write(_VERSION.pack(blob_version))
+    entity_writer(_schema(name, blob_version))(buffer, entity)
+    return buffer.getvalue()
+
+
+def decode_assignment(data: bytes) -> tuple[str, ...]:
+    """Sorted `topic-partition` strings of a SyncGroup assignment blob (empty blob: no partitions)."""
+    if not data:
+        return ()
+    _, entity = _decode("consumer_protocol_assignment", _MAX_ASSIGNMENT_VERSION, data)
+    return tuple(
+        sorted(
+            (f"{tp.topic}-{partition}" for tp in entity.assigned_partitions for partition in tp.partitions),
+            key=_partition_sort_key,
+        )
+    )
+
+
+def encode_assignment(partitions: dict[str, list[int]], blob_version: int = 0) -> bytes:
+    schema = _schema("consumer_protocol_assignment", blob_version)
+    tp_cls = _tuple_element_type(schema, "assigned_partitions")
+    entity = schema(
+        assigned_partitions=tuple(
+            tp_cls(topic=topic, partitions=tuple(i32(p) for p in sorted(parts)))
+            for topic, parts in sorted(partitions.items())
+        ),
+        user_data=None,
+    )
+    return _encode("consumer_protocol_assignment", blob_version, entity)
+
+
+def decode_subscription_topics(data: bytes) -> tuple[str, ...]:
+    """Subscribed topics of a JoinGroup protocol metadata blob."""
+    _, entity = _decode("consumer_protocol_subscription", _MAX_SUBSCRIPTION_VERSION, data)
+    return tuple(entity.topics)
+
+
+def encode_subscription(topics: list[str], blob_version: int = 0) -> bytes:
+    schema = _schema("consumer_protocol_subscription", blob_version)
+    kwargs: dict[str, Any] = {"topics": tuple(topics), "user_data": None}
+    if "owned_partitions" in schema.__dataclass_fields__:
+        kwargs["owned_partitions"] = ()
+    if "generation_id" in schema.__dataclass_fields__:
+        kwargs["generation_id"] = i32(-1)
+    if "rack_id" in schema.__dataclass_fields__:
+        kwargs["rack_id"] = None
+    return _encode("consumer_protocol_subscription", blob_version, schema(**kwargs))
+
+
+def _tuple_element_type(schema: Any, field_name: str) -> Any:
+    """The element class of a `tuple[Nested, ...]` field (kio annotates nested tuples this way)."""
+    return typing.get_args(typing.get_type_hints(schema)[field_name])[0]
+
+
+def _partition_sort_key(topic_partition: str) -> tuple[str, int]:
+    topic, _, partition = topic_partition.rpartition("-")
+    return topic, int(partition)
+
+
+__all__ = [
+    "decode_assignment",
+    "decode_subscription_topics",
+    "encode_assignment",
+    "encode_subscription",
+]
