@@ -44,7 +44,7 @@ class Exchange:
     api_key: int
     api_version: int
     request: Any
-    response: Any | None
+    response: Any  # None when the member got no response
 
 
 @dataclass(slots=True)
