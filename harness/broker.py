@@ -1,0 +1,501 @@
+"""A real single-node Kafka broker, run as a `java` process from Maven Central jars.
+
+KRaft lines run one process as broker+controller on two free 127.0.0.1 ports, with storage
+formatted by `kafka.tools.StorageTool` in a fresh temp dir. Ready means the PLAINTEXT listener
+answers ApiVersions. Every broker this process starts is stopped on `stop()`, on leaving its
+`with` block, at interpreter exit (atexit), and, if this process dies hard, by the kernel
+(PR_SET_PDEATHSIG), so no test run leaves an orphan JVM behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from base64 import urlsafe_b64encode
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import paths
+from harness.lines import DEFAULT_KAFKA_VERSION, KafkaLine, LogBinding, Mode, line_for
+from harness.maven import ProgressCallback, broker_libs, java_path
+from harness.probe import api_versions
+
+DEFAULT_HEAP_MB = 384
+DEFAULT_READY_TIMEOUT_MS = 90_000
+DEFAULT_STOP_TIMEOUT_MS = 20_000
+_PORT_ATTEMPTS = 3
+
+# Settings that make a one-node broker quick and small for tests: one partition for the internal
+# topics, no initial rebalance delay, short session timeouts allowed, small cleaner buffer.
+TEST_SETTINGS: dict[str, str] = {
+    "num.partitions": "1",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "num.network.threads": "2",
+    "num.io.threads": "2",
+    "background.threads": "2",
+    "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
+    "auto.create.topics.enable": "true",
+}
+
+_LOG4J1 = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.coordinator.group=DEBUG
+log4j.logger.org.apache.kafka.coordinator.group=DEBUG
+"""
+
+_LOG4J2 = """\
+appender.console.type=Console
+appender.console.name=STDOUT
+appender.console.layout.type=PatternLayout
+appender.console.layout.pattern=[%d] %p %m (%c)%n
+rootLogger.level=INFO
+rootLogger.appenderRef.stdout.ref=STDOUT
+logger.groups.name=org.apache.kafka.coordinator.group
+logger.groups.level=DEBUG
+"""
+
+
+class BrokerError(RuntimeError):
+    """The broker could not start or stop; the message ends with the tail of its log."""
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What another process needs to find (and stop) a broker: written as JSON for detached ones."""
+
+    kafka_version: str
+    pid: int
+    bootstrap: str
+    port: int
+    controller_port: int
+    data_dir: str
+    log_path: str
+    new_coordinator: bool
+    started_at_ms: int
+
+    @classmethod
+    def from_json(cls, text: str) -> BrokerState:
+        data: dict[str, Any] = json.loads(text)
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cluster_id() -> str:
+    return urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM the child when the parent dies, even by SIGKILL (Linux only)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _log_tail(log_path: Path, lines: int = 40) -> str:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError as exc:
+        return f"(no log at {log_path}: {exc})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Files and command lines for one broker; pure data so the CLI and tests can show it."""
+
+    line: KafkaLine
+    kafka_version: str
+    libs: Path
+    work_dir: Path
+    port: int
+    controller_port: int
+    properties: dict[str, str]
+    heap_mb: int
+    new_coordinator: bool
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.work_dir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / "broker.log"
+
+    @property
+    def config_path(self) -> Path:
+        return self.work_dir / "server.properties"
+
+    def jvm_options(self) -> list[str]:
+        match self.line.log_binding:
+            case LogBinding.RELOAD4J:
+                log_flag = f"-Dlog4j.configuration=file:{self.work_dir / 'log4j.properties'}"
+            case LogBinding.LOG4J2:
+                log_flag = f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}"
+        return [
+            f"-Xmx{self.heap_mb}m",
+            "-Xms64m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",  # C1 only: faster start, less CPU on a shared 2-core box
+            "-Djava.awt.headless=true",
+            f"-Dkafka.logs.dir={self.work_dir / 'logs'}",
+            log_flag,
+        ]
+
+    def java_command(self, main_class: str, *args: str) -> list[str]:
+        java = java_path()
+        if java is None:
+            raise BrokerError("java not found on PATH (or JAVA_HOME): install a JDK 17")
+        return [java, *self.jvm_options(), "-cp", f"{self.libs}/*", main_class, *args]
+
+    def format_command(self) -> list[str]:
+        return self.java_command(
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            _cluster_id(),
+            "-c",
+            str(self.config_path),
+            "--ignore-formatted",
+        )
+
+    def broker_command(self) -> list[str]:
+        return self.java_command("kafka.Kafka", str(self.config_path))
+
+    def write_files(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        (self.work_dir / "logs").mkdir(exist_ok=True)
+        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
+        (self.work_dir / "log4j.properties").write_text(_LOG4J1)
+        (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
+
+
+def plan_broker(
+    kafka_version: str = DEFAULT_KAFKA_VERSION,
+    new_coordinator: bool | None = None,
+    extra_config: dict[str, str] | None = None,
+    *,
+    work_dir: Path | None = None,
+    heap_mb: int = DEFAULT_HEAP_MB,
+    progress: ProgressCallback | None = None,
+) -> LaunchPlan:
+    """Fetch the jars (once) and lay out the config for a broker; nothing is started yet."""
+    line = line_for(kafka_version)
+    if line.mode is Mode.ZOOKEEPER or not line.implemented:
+        raise BrokerError(
+            f"Kafka {kafka_version} runs in ZooKeeper mode, which the harness does not launch yet "
+            "(KRaft lines 3.3+ and 4.x are supported)"
+        )
+    coordinator_settings = line.coordinator_key(new_coordinator)  # ValueError if impossible
+    libs = broker_libs(kafka_version, progress)
+    if work_dir is None:
+        work_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{kafka_version}-"))
+    port, controller_port = _free_port(), _free_port()
+    while controller_port == port:
+        controller_port = _free_port()
+    properties = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(work_dir / "data"),
+        **TEST_SETTINGS,
+        **coordinator_settings,
+        **(extra_config or {}),
+    }
+    return LaunchPlan(
+        line=line,
+        kafka_version=kafka_version,
+        libs=libs,
+        work_dir=work_dir,
+        port=port,
+        controller_port=controller_port,
+        properties=properties,
+        heap_mb=heap_mb,
+        new_coordinator=line.effective_new_coordinator(new_coordinator),
+    )
+
+
+_LIVE: set[Broker] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@dataclass(eq=False)
+class Broker:
+    """A running broker. Use as a context manager, or call `stop()`; `.bootstrap` is host:port."""
+
+    plan: LaunchPlan
+    process: subprocess.Popen[bytes]
+    owns_work_dir: bool
+    started_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    _stopped: bool = False
+
+    @property
+    def bootstrap(self) -> str:
+        return self.plan.bootstrap
+
+    @property
+    def kafka_version(self) -> str:
+        return self.plan.kafka_version
+
+    @property
+    def new_coordinator(self) -> bool:
+        return self.plan.new_coordinator
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.plan.log_path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return _log_tail(self.plan.log_path, lines)
+
+    def state(self) -> BrokerState:
+        return BrokerState(
+            kafka_version=self.kafka_version,
+            pid=self.pid,
+            bootstrap=self.bootstrap,
+            port=self.plan.port,
+            controller_port=self.plan.controller_port,
+            data_dir=str(self.plan.work_dir),
+            log_path=str(self.plan.log_path),
+            new_coordinator=self.new_coordinator,
+            started_at_ms=self.started_at_ms,
+        )
+
+    def is_running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS, remove_data: bool = True) -> int | None:
+        """SIGTERM (controlled shutdown), then SIGKILL after `timeout_ms`. Returns the exit code."""
+        if not self._stopped:
+            self._stopped = True
+            _terminate(self.process, timeout_ms)
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            if remove_data and self.owns_work_dir:
+                shutil.rmtree(self.plan.work_dir, ignore_errors=True)
+        return self.process.returncode
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Broker(kafka_version={self.kafka_version!r}, bootstrap={self.bootstrap!r}, pid={self.pid})"
+
+
+def _terminate(process: subprocess.Popen[bytes], timeout_ms: int) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_ms / 1000)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait()
+
+
+@atexit.register
+def stop_all() -> None:
+    """Stop every broker this interpreter started and still owns."""
+    with _LIVE_LOCK:
+        brokers = list(_LIVE)
+    for broker in brokers:
+        broker.stop()
+
+
+def _run_format(plan: LaunchPlan) -> None:
+    result = subprocess.run(plan.format_command(), capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise BrokerError(
+            f"StorageTool format failed for Kafka {plan.kafka_version} (exit {result.returncode}):\n"
+            f"{(result.stdout + result.stderr)[-3000:]}"
+        )
+
+
+def _wait_ready(plan: LaunchPlan, process: subprocess.Popen[bytes], timeout_ms: int) -> None:
+    deadline = time.monotonic() + timeout_ms / 1000
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BrokerError(
+                f"Kafka {plan.kafka_version} exited with {process.returncode} before it was ready; "
+                f"log {plan.log_path}:\n{_log_tail(plan.log_path)}"
+            )
+        try:
+            api_versions("127.0.0.1", plan.port, timeout_ms=2000)
+            return
+        except (OSError, ConnectionError) as exc:
+            last_error = exc
+        time.sleep(0.2)
+    raise BrokerError(
+        f"Kafka {plan.kafka_version} did not answer ApiVersions on {plan.bootstrap} within {timeout_ms} ms "
+        f"(last error: {last_error}); log {plan.log_path}:\n{_log_tail(plan.log_path)}"
+    )
+
+
+def _port_clash(plan: LaunchPlan) -> bool:
+    return "Address already in use" in _log_tail(plan.log_path, 200)
+
+
+def start_broker(
+    kafka_version: str = DEFAULT_KAFKA_VERSION,
+    new_coordinator: bool | None = None,
+    extra_config: dict[str, str] | None = None,
+    *,
+    work_dir: Path | None = None,
+    heap_mb: int = DEFAULT_HEAP_MB,
+    ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
+    detach: bool = False,
+    progress: ProgressCallback | None = None,
+) -> Broker:
+    """Start a broker and return once it answers ApiVersions.
+
+    `new_coordinator`: None keeps the line's default; True/False sets `group.coordinator.new.enable`
+    where the line has both coordinators, and raises ValueError where it has only one.
+    `detach=True` leaves the broker running after this interpreter exits (the CLI's `start`).
+    """
+    for attempt in range(_PORT_ATTEMPTS):
+        plan = plan_broker(
+            kafka_version,
+            new_coordinator,
+            extra_config,
+            work_dir=work_dir,
+            heap_mb=heap_mb,
+            progress=progress,
+        )
+        owns_work_dir = work_dir is None
+        plan.write_files()
+        _run_format(plan)
+        with open(plan.log_path, "ab") as log:
+            process = subprocess.Popen(
+                plan.broker_command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=plan.work_dir,
+                start_new_session=detach,
+                preexec_fn=None if detach else _die_with_parent,
+            )
+        broker = Broker(plan=plan, process=process, owns_work_dir=owns_work_dir and not detach)
+        if not detach:
+            with _LIVE_LOCK:
+                _LIVE.add(broker)
+        try:
+            _wait_ready(plan, process, ready_timeout_ms)
+        except BrokerError:
+            clash = _port_clash(plan)
+            broker.stop(remove_data=not clash or attempt == _PORT_ATTEMPTS - 1)
+            if clash and attempt < _PORT_ATTEMPTS - 1:
+                if owns_work_dir:
+                    shutil.rmtree(plan.work_dir, ignore_errors=True)
+                continue  # another process took a port between our probe and the bind: retry
+            raise
+        return broker
+    raise AssertionError("unreachable")
+
+
+# --- detached brokers: a state file per version under the run dir --------------------------------
+
+
+def state_path(kafka_version: str) -> Path:
+    return paths.run_dir() / f"broker-{kafka_version}.json"
+
+
+def write_state(state: BrokerState) -> Path:
+    path = state_path(state.kafka_version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still "exists"; treat it as gone.
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+            return False
+    return True
+
+
+def find_running(kafka_version: str | None = None) -> list[BrokerState]:
+    """Brokers started detached (by `group-replay broker start`) whose process is still alive."""
+    found = []
+    for path in sorted(paths.run_dir().glob("broker-*.json")):
+        try:
+            state = BrokerState.from_json(path.read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if kafka_version is not None and state.kafka_version != kafka_version:
+            continue
+        if pid_alive(state.pid):
+            found.append(state)
+    return found
+
+
+def stop_detached(state: BrokerState, timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> bool:
+    """SIGTERM then SIGKILL a detached broker by pid; removes its state file and data dir."""
+    stopped = False
+    if pid_alive(state.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(state.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while pid_alive(state.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(state.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(state.pid, signal.SIGKILL)
+        stopped = True
+    state_path(state.kafka_version).unlink(missing_ok=True)
+    shutil.rmtree(state.data_dir, ignore_errors=True)
+    return stopped

@@ -1,0 +1,86 @@
+"""Shared fixtures: real Kafka brokers from Maven jars, started once per session and reused.
+
+Names are a contract other parts' tests use: `broker_factory`, `kafka_39`, `kafka_4x`,
+`make_topic`, `kafka_container`. Integration tests start what they need through these; nothing is
+assumed to be running. Without java or mvn, broker fixtures skip with that reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from harness.broker import Broker, BrokerError, start_broker
+from harness.lines import KAFKA_4X, KAFKA_39
+from harness.maven import MavenError, missing_tools
+
+BrokerFactory = Callable[..., Broker]
+_topic_counter = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def broker_factory() -> Iterator[BrokerFactory]:
+    """`broker_factory("3.9.2", new_coordinator=False, extra_config=None)` -> a running Broker.
+
+    One broker per distinct spec for the whole session, stopped at session end. At most
+    `GROUP_REPLAY_MAX_BROKERS` (default 2) run at once: starting another stops the oldest, so a
+    2-core machine is never asked to run more.
+    """
+    reason = missing_tools()
+    if reason:
+        pytest.skip(f"cannot run Kafka brokers: {reason}")
+    limit = int(os.environ.get("GROUP_REPLAY_MAX_BROKERS", "2"))
+    running: dict[tuple[object, ...], Broker] = {}
+
+    def factory(
+        kafka_version: str = KAFKA_39,
+        new_coordinator: bool | None = None,
+        extra_config: dict[str, str] | None = None,
+    ) -> Broker:
+        key = (kafka_version, new_coordinator, tuple(sorted((extra_config or {}).items())))
+        broker = running.get(key)
+        if broker is not None and broker.is_running():
+            return broker
+        if broker is not None:  # died under a test: report it, start a fresh one
+            running.pop(key)
+        while len(running) >= limit:
+            oldest = next(iter(running))
+            running.pop(oldest).stop()
+        try:
+            broker = start_broker(kafka_version, new_coordinator, extra_config, progress=None)
+        except (BrokerError, MavenError) as exc:
+            pytest.fail(f"could not start Kafka {kafka_version}: {exc}", pytrace=False)
+        running[key] = broker
+        return broker
+
+    yield factory
+    for broker in running.values():
+        broker.stop()
+
+
+@pytest.fixture
+def kafka_39(broker_factory: BrokerFactory) -> Broker:
+    """Kafka 3.9.x (newest patch) with the classic (Scala) group coordinator."""
+    return broker_factory(KAFKA_39, new_coordinator=False)
+
+
+@pytest.fixture
+def kafka_4x(broker_factory: BrokerFactory) -> Broker:
+    """The newest Kafka 4.x on Maven Central (new group coordinator, the only one in 4.1+)."""
+    return broker_factory(KAFKA_4X)
+
+
+@pytest.fixture
+def make_topic() -> Callable[..., str]:
+    """`make_topic(bootstrap, partitions=1, prefix="t")` -> a fresh topic name, created and ready."""
+    from harness.admin import create_topic
+
+    def make(bootstrap: str, partitions: int = 1, prefix: str = "t") -> str:
+        name = f"{prefix}-{os.getpid()}-{next(_topic_counter)}"
+        create_topic(bootstrap, name, partitions)
+        return name
+
+    return make
