@@ -19,21 +19,32 @@ from proxy.wire.codec import (
     response_schema,
     supports,
 )
-from proxy.wire.framing import FrameDecoder, FrameError, frame
+from proxy.wire.correlation import CorrelationError, CorrelationTable, PendingRequest
+from proxy.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, frame
+from proxy.wire.groups import GroupFields, request_fields, request_group_id, response_fields
 from proxy.wire.headers import (
+    REQUEST_PREFIX_BYTES,
     RequestHeaderInfo,
     peek_correlation_id,
     peek_request_header,
+    peek_request_prefix,
     request_header_version,
+    response_header_size,
     response_header_version,
 )
 
 __all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
     "GROUP_API_KEYS",
+    "REQUEST_PREFIX_BYTES",
     "ApiKey",
     "CodecError",
+    "CorrelationError",
+    "CorrelationTable",
     "FrameDecoder",
     "FrameError",
+    "GroupFields",
+    "PendingRequest",
     "RequestHeaderInfo",
     "UnsupportedVersion",
     "api_name",
@@ -46,8 +57,13 @@ __all__ = [
     "frame",
     "peek_correlation_id",
     "peek_request_header",
+    "peek_request_prefix",
+    "request_fields",
+    "request_group_id",
     "request_header_version",
     "request_schema",
+    "response_fields",
+    "response_header_size",
     "response_header_version",
     "response_schema",
     "supports",

@@ -107,3 +107,24 @@ def response_header_version(api_key: int, api_version: int) -> int | None:
     except KioIndexError:
         return None
     return int(schema.__header_schema__.__version__)
+
+
+_REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+REQUEST_PREFIX_BYTES = _REQUEST_PREFIX.size
+
+
+def peek_request_prefix(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id): the fast path's whole parse of an opaque request."""
+    if len(frame) < _REQUEST_PREFIX.size:
+        raise FrameError(f"truncated request header ({len(frame)} bytes)")
+    api_key, api_version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
+    return int(api_key), int(api_version), int(correlation_id)
+
+
+def response_header_size(frame: bytes, api_key: int, api_version: int) -> int:
+    """Bytes of a response's header (v0: correlation id; v1: plus tagged fields)."""
+    if len(frame) < 4:
+        raise FrameError(f"truncated response header ({len(frame)} bytes)")
+    if response_header_version(api_key, api_version) == 1:
+        return _skip_tagged_fields(frame, 4)
+    return 4

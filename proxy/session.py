@@ -1,0 +1,421 @@
+"""Sans-IO relay of one proxied client connection: bytes in, commands out.
+
+The asyncio shell (`proxy.server`) feeds `client_data` with what the client sent and
+`upstream_data` with what the broker sent, and carries out the returned commands: `SendUpstream`,
+`SendClient`, `Record` (hand a frame to the capture writer) and `Close` (with the reason to log).
+The session never reads a clock: the shell passes `now_ns`.
+
+Fast path (Kroxylicious' approach): a frame whose API nobody needs is parsed only as far as its
+4-byte size and request-header prefix (api_key, api_version, correlation_id) or, for a response,
+its correlation id; its bytes are forwarded as they arrive, and an input chunk made only of such
+frames is forwarded as the very same bytes object. A frame is kept whole only when it is recorded,
+decoded (the group APIs) or rewritten (broker addresses, a rewrite policy); it is held back from
+the other side only when it is rewritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from proxy.addressing import ADDRESS_API_KEYS, AddressRewriter
+from proxy.wire import (
+    DEFAULT_MAX_FRAME_BYTES,
+    GROUP_API_KEYS,
+    REQUEST_PREFIX_BYTES,
+    CodecError,
+    CorrelationError,
+    CorrelationTable,
+    FrameError,
+    PendingRequest,
+    RequestHeaderInfo,
+    api_name,
+    decode_request_body,
+    frame,
+    peek_correlation_id,
+    peek_request_header,
+    peek_request_prefix,
+    request_group_id,
+    supports,
+)
+
+# ---------------------------------------------------------------------------------------------
+# The rewrite hook
+
+
+class RewritePolicy(Protocol):
+    """What `proxy.rewrite` plugs into a session. Frames are the bytes after the size prefix.
+
+    `wants_request`/`wants_response` are asked from the header alone so that frames no policy
+    touches stay on the fast path. `on_request` may re-encode to another api_version (the session
+    reads the version the broker will see from the returned frame); `on_response` must return the
+    response in the version the client asked for (`request.api_version`).
+    """
+
+    name: str
+
+    def wants_request(self, api_key: int, api_version: int) -> bool: ...
+
+    def on_request(self, header: RequestHeaderInfo, request_frame: bytes) -> bytes: ...
+
+    def wants_response(self, request: PendingRequest) -> bool: ...
+
+    def on_response(self, request: PendingRequest, response_frame: bytes) -> bytes: ...
+
+
+class PassThrough:
+    """The default policy: touches nothing."""
+
+    name = "pass-through"
+
+    def wants_request(self, api_key: int, api_version: int) -> bool:
+        return False
+
+    def on_request(self, header: RequestHeaderInfo, request_frame: bytes) -> bytes:
+        return request_frame
+
+    def wants_response(self, request: PendingRequest) -> bool:
+        return False
+
+    def on_response(self, request: PendingRequest, response_frame: bytes) -> bytes:
+        return response_frame
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+
+@dataclass(frozen=True, slots=True)
+class SendUpstream:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendClient:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka frame as each leg saw it (the same object twice when nothing rewrote it)."""
+
+    conn: int
+    direction: str  # "request" | "response"
+    ts_ns: int
+    api_key: int
+    api_version: int  # the client's version; upstream_api_version is what the broker saw
+    upstream_api_version: int
+    correlation_id: int
+    client_id: str | None
+    group_id: str | None
+    client_payload: bytes  # frame without its size prefix, as the client sent or received it
+    upstream_payload: bytes  # as the broker received or sent it
+
+    @property
+    def rewritten(self) -> bool:
+        return (
+            self.client_payload is not self.upstream_payload and self.client_payload != self.upstream_payload
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    reason: str
+
+
+Command = SendUpstream | SendClient | Record | Close
+
+
+class ProtocolViolation(Exception):
+    """Input that cannot be Kafka; the connection it arrived on is closed with this reason."""
+
+
+# ---------------------------------------------------------------------------------------------
+# One direction of a connection
+
+Classify = Callable[[bytes, int], tuple[bool, bool]]
+Finish = Callable[[bytes | None], bytes | None]
+
+
+class _Direction:
+    """Splits one direction's byte stream into frames, forwarding what it need not hold.
+
+    `classify(head, size)` is called once the first `head_bytes` of a frame (all of it, when
+    shorter) have arrived and returns (keep, hold): keep the whole frame for `finish`, and hold it
+    back from the other side until `finish` returns its replacement (hold implies keep).
+    `finish(frame)` gets the frame without its size prefix (None when not kept).
+    """
+
+    __slots__ = ("_buf", "_classify", "_finish", "_head_bytes", "_hold", "_keep", "_max", "_remaining")
+
+    def __init__(self, head_bytes: int, max_frame_bytes: int, classify: Classify, finish: Finish) -> None:
+        self._head_bytes = head_bytes
+        self._max = max_frame_bytes
+        self._classify = classify
+        self._finish = finish
+        self._buf = bytearray()  # prefix + head of an undecided frame, or a kept frame so far
+        self._remaining = 0  # body bytes of a decided frame still to come
+        self._keep = False
+        self._hold = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held back that do not yet make a whole frame."""
+        return len(self._buf)
+
+    def _complete(self, out: list[bytes]) -> None:
+        buf = self._buf
+        payload = bytes(memoryview(buf)[4:]) if self._keep else None
+        replacement = self._finish(payload)
+        if self._hold:
+            out.append(frame(replacement if replacement is not None else payload or b""))
+        del buf[:]
+        self._keep = self._hold = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The byte strings to forward, in order. Raises FrameError or ProtocolViolation."""
+        out: list[bytes] = []
+        buf = self._buf
+        n = len(data)
+        pos = 0
+        fwd: int | None = None if (self._remaining and self._hold) else 0
+        frame_start = 0  # where the current frame's bytes start within data
+        carried = 0 if self._remaining else len(buf)  # undecided header bytes from earlier chunks
+        head_bytes = self._head_bytes
+        while pos < n:
+            if self._remaining:
+                take = min(self._remaining, n - pos)
+                if self._keep:
+                    buf += data[pos : pos + take]
+                pos += take
+                self._remaining -= take
+                if self._remaining:
+                    break
+                self._complete(out)
+                if fwd is None:
+                    fwd = pos
+                continue
+            if not buf:
+                frame_start = pos
+                carried = 0
+            have = len(buf)
+            if have < 4:
+                take = min(4 - have, n - pos)
+                buf += data[pos : pos + take]
+                pos += take
+                if len(buf) < 4:
+                    break
+            size = int.from_bytes(buf[:4], "big", signed=True)
+            if size < 0:
+                raise FrameError(f"negative frame size {size}")
+            if size > self._max:
+                raise FrameError(f"frame size {size} exceeds the maximum of {self._max} bytes")
+            head_len = size if size < head_bytes else head_bytes
+            missing = 4 + head_len - len(buf)
+            if missing > 0:
+                take = min(missing, n - pos)
+                buf += data[pos : pos + take]
+                pos += take
+                if take < missing:
+                    break
+            keep, hold = self._classify(bytes(buf[4:]), size)
+            keep = keep or hold
+            self._keep, self._hold = keep, hold
+            if hold:
+                if fwd is not None and frame_start > fwd:
+                    out.append(data[fwd:frame_start])
+                fwd = None
+            elif carried:
+                # This frame began in an earlier chunk: forward that part before this chunk's bytes.
+                out.append(bytes(buf[:carried]))
+                carried = 0
+            if not keep:
+                del buf[:]
+            self._remaining = size - head_len
+            if not self._remaining:
+                self._complete(out)
+                if fwd is None:
+                    fwd = pos
+        if fwd is not None:
+            # An undecided frame's bytes stay in buf until its head is complete.
+            end = frame_start if (buf and not self._remaining) else pos
+            if end > fwd:
+                out.append(data if (fwd == 0 and end == n) else data[fwd:end])
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The session
+
+
+class ProxySession:
+    """Relays one client connection to its upstream broker.
+
+    `record`: emit a `Record` for every frame (the capture needs them all). `addresses`: rewrite
+    broker endpoints so that clients come back through the proxy. `policy`: the rewrite hook.
+    """
+
+    def __init__(
+        self,
+        conn: int,
+        *,
+        record: bool = False,
+        policy: RewritePolicy | None = None,
+        addresses: AddressRewriter | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.conn = conn
+        self.record = record
+        self.policy: RewritePolicy = policy if policy is not None else PassThrough()
+        self.addresses = addresses
+        self.table = CorrelationTable()
+        self.closed: str | None = None
+        self.client_id: str | None = None
+        self._now_ns = 0
+        self._events: list[Command] = []
+        self._request_prefix = (0, 0, 0)
+        self._response_for: PendingRequest | None = None
+        self._response_policy = False
+        self._requests = _Direction(
+            REQUEST_PREFIX_BYTES, max_frame_bytes, self._classify_request, self._finish_request
+        )
+        self._responses = _Direction(4, max_frame_bytes, self._classify_response, self._finish_response)
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def client_data(self, data: bytes, now_ns: int) -> list[Command]:
+        """Bytes the client sent -> commands (SendUpstream first, then Records, or a Close)."""
+        return self._feed(self._requests, data, now_ns, SendUpstream, "client")
+
+    def upstream_data(self, data: bytes, now_ns: int) -> list[Command]:
+        """Bytes the broker sent -> commands (SendClient first, then Records, or a Close)."""
+        return self._feed(self._responses, data, now_ns, SendClient, "upstream")
+
+    def _feed(
+        self,
+        direction: _Direction,
+        data: bytes,
+        now_ns: int,
+        send: type[SendUpstream] | type[SendClient],
+        side: str,
+    ) -> list[Command]:
+        if self.closed is not None:
+            return []
+        self._now_ns = now_ns
+        events = self._events = []
+        try:
+            pieces = direction.feed(data)
+        except (FrameError, ProtocolViolation, CodecError, CorrelationError) as exc:
+            self.closed = f"malformed {side} frame: {exc}"
+            return [*events, Close(self.closed)]
+        commands: list[Command] = []
+        if pieces:
+            commands.append(send(pieces[0] if len(pieces) == 1 else b"".join(pieces)))
+        commands += events
+        return commands
+
+    @property
+    def pending_requests(self) -> int:
+        return len(self.table)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _classify_request(self, head: bytes, size: int) -> tuple[bool, bool]:
+        if size < REQUEST_PREFIX_BYTES:
+            raise ProtocolViolation(f"truncated request header ({size} bytes)")
+        api_key, api_version, correlation_id = peek_request_prefix(head)
+        if api_name(api_key).startswith("Unknown"):
+            raise ProtocolViolation(f"unknown api_key {api_key} (correlation_id={correlation_id})")
+        decoded = api_key in GROUP_API_KEYS
+        if decoded and not supports(api_key, api_version):
+            raise ProtocolViolation(
+                f"{api_name(api_key)} v{api_version} is not a version group-replay can decode"
+            )
+        self._request_prefix = (api_key, api_version, correlation_id)
+        hold = self.policy.wants_request(api_key, api_version)
+        return (self.record or decoded or hold), hold
+
+    def _finish_request(self, payload: bytes | None) -> bytes | None:
+        api_key, api_version, correlation_id = self._request_prefix
+        group_id: str | None = None
+        upstream_payload = payload
+        upstream_version = api_version
+        if payload is not None:
+            header = peek_request_header(payload)
+            self.client_id = header.client_id
+            if api_key in GROUP_API_KEYS:
+                group_id = request_group_id(api_key, decode_request_body(header, payload))
+            if self.policy.wants_request(api_key, api_version):
+                upstream_payload = self.policy.on_request(header, payload)
+                if upstream_payload is not payload:
+                    upstream_version = peek_request_prefix(upstream_payload)[1]
+        self.table.add(
+            PendingRequest(
+                api_key=api_key,
+                api_version=api_version,
+                correlation_id=correlation_id,
+                client_id=self.client_id,
+                upstream_api_version=upstream_version,
+                group_id=group_id,
+                sent_ns=self._now_ns,
+            )
+        )
+        if self.record and payload is not None and upstream_payload is not None:
+            self._events.append(
+                Record(
+                    conn=self.conn,
+                    direction="request",
+                    ts_ns=self._now_ns,
+                    api_key=api_key,
+                    api_version=api_version,
+                    upstream_api_version=upstream_version,
+                    correlation_id=correlation_id,
+                    client_id=self.client_id,
+                    group_id=group_id,
+                    client_payload=payload,
+                    upstream_payload=upstream_payload,
+                )
+            )
+        return upstream_payload
+
+    # -- responses -----------------------------------------------------------------------------
+
+    def _classify_response(self, head: bytes, size: int) -> tuple[bool, bool]:
+        if size < 4:
+            raise ProtocolViolation(f"truncated response header ({size} bytes)")
+        request = self.table.pop(peek_correlation_id(head))
+        self._response_for = request
+        self._response_policy = self.policy.wants_response(request)
+        hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)
+        return self.record or hold, hold
+
+    def _finish_response(self, payload: bytes | None) -> bytes | None:
+        request = self._response_for
+        assert request is not None
+        if payload is None:
+            return None
+        client_payload = payload
+        if self._response_policy:
+            client_payload = self.policy.on_response(request, client_payload)
+        if self.addresses is not None and request.api_key in ADDRESS_API_KEYS:
+            rewritten = self.addresses.rewrite_response(request.api_key, request.api_version, client_payload)
+            if rewritten is not None:
+                client_payload = rewritten
+        if self.record:
+            self._events.append(
+                Record(
+                    conn=self.conn,
+                    direction="response",
+                    ts_ns=self._now_ns,
+                    api_key=request.api_key,
+                    api_version=request.api_version,
+                    upstream_api_version=request.upstream_api_version,
+                    correlation_id=request.correlation_id,
+                    client_id=request.client_id,
+                    group_id=request.group_id,
+                    client_payload=client_payload,
+                    upstream_payload=payload,
+                )
+            )
+        return client_payload

@@ -1,0 +1,178 @@
+"""The sans-IO session: forwarding is byte-exact at any chunking; bad input closes the connection."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+
+import kio.schema.find_coordinator.v3.response as fc3
+import kio.schema.heartbeat.v4.request as hb4
+import kio.schema.join_group.v5.request as jg5
+import kio.schema.metadata.v12.response as md12
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId
+from kio.static.primitive import i32, i32Timedelta
+
+from proxy.addressing import AddressRewriter, StaticDirectory
+from proxy.session import Close, ProxySession, Record, SendClient, SendUpstream
+from proxy.wire import FrameDecoder, decode_response, encode_request, encode_response, frame
+
+
+def _join(cid: int) -> bytes:
+    request = jg5.JoinGroupRequest(
+        group_id="g1",
+        session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        member_id="",
+        group_instance_id="inst-1",
+        protocol_type="consumer",
+        protocols=(jg5.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+    )
+    return encode_request(request, correlation_id=cid, client_id="c1")
+
+
+def _heartbeat(cid: int) -> bytes:
+    request = hb4.HeartbeatRequest(group_id="g1", generation_id=i32(1), member_id="m", group_instance_id=None)
+    return encode_request(request, correlation_id=cid, client_id="c1")
+
+
+def _opaque(cid: int, body: bytes) -> bytes:
+    # A Produce v7 header (v1: no tagged fields) followed by bytes the proxy never parses.
+    prefix = (0).to_bytes(2, "big") + (7).to_bytes(2, "big") + cid.to_bytes(4, "big") + b"\xff\xff"
+    return frame(prefix + body)
+
+
+def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+def _run(session: ProxySession, chunks: list[bytes]) -> tuple[bytes, list[Record], list[Close]]:
+    sent = b""
+    records: list[Record] = []
+    closes: list[Close] = []
+    for i, chunk in enumerate(chunks):
+        for command in session.client_data(chunk, now_ns=i):
+            match command:
+                case SendUpstream(data=data):
+                    sent += data
+                case Record():
+                    records.append(command)
+                case Close():
+                    closes.append(command)
+    return sent, records, closes
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=6),
+    cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=12),
+    record=st.booleans(),
+)
+def test_requests_are_forwarded_byte_exact_at_any_split(
+    bodies: list[bytes], cuts: list[int], record: bool
+) -> None:
+    wire = b"".join(
+        [_join(0)] + [_opaque(i + 1, body) if i % 2 else _heartbeat(i + 1) for i, body in enumerate(bodies)]
+    )
+    session = ProxySession(1, record=record)
+    sent, records, closes = _run(session, _chunks(wire, cuts))
+    assert not closes
+    assert sent == wire
+    assert session.pending_requests == len(bodies) + 1
+    if record:
+        assert [r.correlation_id for r in records] == list(range(len(bodies) + 1))
+        assert b"".join(frame(r.client_payload) for r in records) == wire
+        assert records[0].group_id == "g1" and records[0].client_id == "c1"
+        assert not any(r.rewritten for r in records)
+
+
+def test_unsplit_chunk_of_opaque_frames_is_forwarded_as_the_same_object() -> None:
+    wire = _opaque(1, b"x" * 100) + _opaque(2, b"y" * 10)
+    session = ProxySession(1)
+    [command] = session.client_data(wire, now_ns=0)
+    assert isinstance(command, SendUpstream) and command.data is wire
+
+
+def _metadata_response(cid: int) -> bytes:
+    body = md12.MetadataResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        brokers=(
+            md12.MetadataResponseBroker(node_id=BrokerId(1), host="broker-1", port=i32(19092), rack=None),
+        ),
+        cluster_id="c",
+        controller_id=BrokerId(1),
+        topics=(),
+    )
+    return encode_response(body, cid)
+
+
+@given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6))
+def test_metadata_response_is_held_and_rewritten(cuts: list[int]) -> None:
+    session = ProxySession(7, record=True, addresses=AddressRewriter(StaticDirectory("127.0.0.1", 30000)))
+    metadata_request = frame(
+        (3).to_bytes(2, "big")
+        + (12).to_bytes(2, "big")
+        + (5).to_bytes(4, "big")
+        + b"\x00\x01c\x00\x01\x00\x00"
+    )
+    session.client_data(metadata_request, now_ns=0)
+    session.client_data(_opaque(6, b"p"), now_ns=0)
+    wire = _metadata_response(5) + encode_response(
+        fc3.FindCoordinatorResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+            error_code=ErrorCode.none,
+            error_message=None,
+            node_id=BrokerId(1),
+            host="broker-1",
+            port=i32(19092),
+        ),
+        6,
+    )
+    to_client = b""
+    records: list[Record] = []
+    for chunk in _chunks(wire, cuts):
+        for command in session.upstream_data(chunk, now_ns=1):
+            if isinstance(command, SendClient):
+                to_client += command.data
+            elif isinstance(command, Record):
+                records.append(command)
+            else:
+                raise AssertionError(command)
+    first, second = FrameDecoder().feed(to_client)
+    _, body = decode_response(first, 3, 12)
+    assert [(b.host, b.port) for b in body.brokers] == [("127.0.0.1", 30001)]
+    assert second == FrameDecoder().feed(wire)[1]  # the opaque (Produce) response is untouched
+    assert records[0].rewritten and not records[1].rewritten
+
+
+def test_bad_inputs_close_with_a_reason() -> None:
+    join = _join(1)
+    cases = [
+        (b"\xff\xff\xff\xff", "negative frame size"),
+        ((20_000).to_bytes(4, "big"), "exceeds the maximum of 10000"),
+        (frame(b"\x00\x0b\x00"), "truncated request header (3 bytes)"),
+        (frame((999).to_bytes(2, "big") + b"\x00\x00\x00\x00\x00\x01"), "unknown api_key 999"),
+        (
+            frame((11).to_bytes(2, "big") + (42).to_bytes(2, "big") + b"\x00\x00\x00\x01\xff\xff"),
+            "JoinGroup v42",
+        ),
+        (frame(join[4:-5]), "cannot decode"),
+        (frame(join[4:] + b"extra"), "trailing bytes"),
+    ]
+    for wire, reason in cases:
+        session = ProxySession(1, max_frame_bytes=10_000)
+        commands = session.client_data(wire, 0)
+        assert isinstance(commands[-1], Close), (wire, commands)
+        assert reason in commands[-1].reason
+        assert session.closed is not None
+
+
+def test_out_of_order_response_closes() -> None:
+    session = ProxySession(1)
+    session.client_data(_heartbeat(1), 0)
+    [close] = session.upstream_data(frame((2).to_bytes(4, "big") + b"\x00\x00"), 0)
+    assert isinstance(close, Close) and "correlation_id=2" in close.reason
+    assert session.upstream_data(b"more", 0) == []
