@@ -1,0 +1,262 @@
+"""Classic group and member state: GroupMetadata.scala / MemberMetadata.scala (and their Java
+twins ClassicGroup.java / ClassicGroupMember.java in the new coordinator).
+
+Kafka keeps members in a HashMap whose order depends on random member ids; here they keep
+insertion order so that runs are reproducible. Where Kafka picks "any" member (a new leader
+after the leader leaves, `members.keys.headOption`), this picks the oldest remaining member.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from replay.coordinator.types import (
+    VALID_PREVIOUS_STATES,
+    GroupState,
+    IllegalStateTransition,
+    RequestContext,
+)
+
+Protocols = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(slots=True)
+class Member:
+    """MemberMetadata.scala. `awaiting_join`/`awaiting_sync` hold the parked request's context
+    (Kafka's awaitingJoinCallback/awaitingSyncCallback)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: Protocols
+    join_api_version: int = -1
+    assignment: bytes = b""
+    awaiting_join: RequestContext | None = None
+    awaiting_sync: RequestContext | None = None
+    is_new: bool = False
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    def has_satisfied_heartbeat(self) -> bool:
+        """MemberMetadata.hasSatisfiedHeartbeat at the moment a heartbeat deadline fires.
+
+        Every reschedule resets `heartbeatSatisfied` to false, so at expiry it is false: a new
+        member expires; a member parked in JoinGroup or SyncGroup survives."""
+        if self.is_new:
+            return False
+        return self.awaiting_join is not None or self.awaiting_sync is not None
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        raise ValueError(f"member {self.member_id} does not support protocol {protocol}")
+
+    def matches(self, protocols: Protocols) -> bool:
+        return self.protocols == protocols
+
+    def vote(self, candidates: set[str]) -> str:
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError("member does not support any of the candidate protocols")
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    commit_ts_ms: int
+
+
+@dataclass(slots=True)
+class ClassicGroup:
+    """GroupMetadata.scala. Every mutation of membership goes through add/remove/replace so the
+    counters (awaiting join, protocol support) stay exact."""
+
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    previous_state: GroupState | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    generation_id: int = 0
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)
+    pending_members: set[str] = field(default_factory=set)
+    pending_sync_members: set[str] = field(default_factory=set)
+    num_awaiting_join: int = 0
+    supported_protocols: dict[str, int] = field(default_factory=dict)
+    new_member_added: bool = False
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+
+    # --- state -------------------------------------------------------------------------------
+    def is_in(self, state: GroupState) -> bool:
+        return self.state is state
+
+    def transition_to(self, target: GroupState) -> GroupState:
+        """GroupMetadata.transitionTo / assertValidTransition; returns the previous state."""
+        if self.state not in VALID_PREVIOUS_STATES[target]:
+            allowed = sorted(s.value for s in VALID_PREVIOUS_STATES[target])
+            raise IllegalStateTransition(
+                f"group {self.group_id} should be in one of {allowed}"
+                f" before moving to {target.value}, but it is {self.state.value}"
+            )
+        previous = self.state
+        self.previous_state = previous
+        self.state = target
+        return previous
+
+    def can_rebalance(self) -> bool:
+        return self.state in VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]
+
+    # --- membership --------------------------------------------------------------------------
+    def has(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def is_pending_member(self, member_id: str) -> bool:
+        return member_id in self.pending_members
+
+    def static_member_id(self, group_instance_id: str) -> str | None:
+        return self.static_members.get(group_instance_id)
+
+    def add(self, member: Member, awaiting_join: RequestContext | None) -> None:
+        if member.group_instance_id is not None:
+            if member.group_instance_id in self.static_members:
+                raise AssertionError(
+                    f"static member {member.group_instance_id} cannot be added twice to {self.group_id}"
+                )
+            self.static_members[member.group_instance_id] = member.member_id
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        self._count_protocols(member.protocols, +1)
+        member.awaiting_join = awaiting_join
+        if awaiting_join is not None:
+            self.num_awaiting_join += 1
+        self.pending_members.discard(member.member_id)
+
+    def remove(self, member_id: str) -> Member | None:
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self._count_protocols(member.protocols, -1)
+            if member.awaiting_join is not None:
+                self.num_awaiting_join -= 1
+            if member.group_instance_id is not None:
+                self.static_members.pop(member.group_instance_id, None)
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.discard(member_id)
+        self.pending_sync_members.discard(member_id)
+        return member
+
+    def replace_static_member(self, group_instance_id: str, old_member_id: str, new_member_id: str) -> Member:
+        """GroupMetadata.replaceStaticMember without the callbacks (the caller fences those)."""
+        member = self.members.pop(old_member_id)
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        self.static_members[group_instance_id] = new_member_id
+        return member
+
+    def update_member(
+        self,
+        member: Member,
+        protocols: Protocols,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        awaiting_join: RequestContext | None,
+    ) -> None:
+        """GroupMetadata.updateMember."""
+        self._count_protocols(member.protocols, -1)
+        member.protocols = protocols
+        self._count_protocols(protocols, +1)
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        if awaiting_join is not None and member.awaiting_join is None:
+            self.num_awaiting_join += 1
+        elif awaiting_join is None and member.awaiting_join is not None:
+            self.num_awaiting_join -= 1
+        member.awaiting_join = awaiting_join
+
+    def take_join(self, member: Member) -> RequestContext | None:
+        """Unpark a member's JoinGroup (the first half of maybeInvokeJoinCallback)."""
+        parked = member.awaiting_join
+        if parked is not None:
+            member.awaiting_join = None
+            self.num_awaiting_join -= 1
+        return parked
+
+    @staticmethod
+    def take_sync(member: Member) -> RequestContext | None:
+        parked = member.awaiting_sync
+        member.awaiting_sync = None
+        return parked
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.num_awaiting_join and not self.pending_members
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        """GroupMetadata.maybeElectNewJoinedLeader."""
+        if self.leader_id is None:
+            return False
+        leader = self.members[self.leader_id]
+        if leader.awaiting_join is not None:
+            return True
+        for member_id, member in self.members.items():
+            if member.awaiting_join is not None:
+                self.leader_id = member_id
+                return True
+        return False
+
+    # --- protocols ---------------------------------------------------------------------------
+    def _count_protocols(self, protocols: Protocols, delta: int) -> None:
+        counts = self.supported_protocols
+        for name, _ in protocols:
+            counts[name] = counts.get(name, 0) + delta
+
+    def supports_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
+        """GroupMetadata.supportsProtocols."""
+        if self.state is GroupState.EMPTY:
+            return bool(protocol_type) and bool(protocol_names)
+        size = len(self.members)
+        return self.protocol_type == protocol_type and any(
+            self.supported_protocols.get(name, 0) == size for name in protocol_names
+        )
+
+    def select_protocol(self) -> str:
+        """GroupMetadata.selectProtocol: each member votes for its first candidate; most votes
+        wins. Kafka breaks ties by HashMap order; here the earliest vote wins."""
+        if not self.members:
+            raise AssertionError("cannot select a protocol for an empty group")
+        size = len(self.members)
+        candidates = {name for name, count in self.supported_protocols.items() if count == size}
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            choice = member.vote(candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        best = max(votes.values())
+        return next(name for name, count in votes.items() if count == best)
+
+    def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
+        """GroupMetadata.currentMemberMetadata: what the leader's JoinGroup response lists."""
+        if self.state in (GroupState.DEAD, GroupState.PREPARING_REBALANCE) or self.protocol_name is None:
+            raise AssertionError(f"cannot list member metadata of group {self.group_id} in {self.state}")
+        name = self.protocol_name
+        return [(m.member_id, m.group_instance_id, m.metadata(name)) for m in self.members.values()]

@@ -1,0 +1,140 @@
+"""Version-aware construction of kio response entities.
+
+A response must be the kio class of the request's (api_key, api_version); fields that a version
+lacks are dropped, so handlers describe a response once in Kafka's latest terms. Rules that
+Kafka applies while serialising old versions are followed here too (cited per function).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from proxy.wire.codec import response_schema
+
+ZERO_THROTTLE: Any = i32Timedelta.parse(datetime.timedelta(0))
+_ERRORS: dict[int, ErrorCode] = {int(code.value): code for code in ErrorCode}
+
+
+def error(code: int) -> ErrorCode:
+    return _ERRORS[code]
+
+
+_FIELDS: dict[type[Any], frozenset[str]] = {}
+
+
+def _fields(schema: type[Any]) -> frozenset[str]:
+    names = _FIELDS.get(schema)
+    if names is None:
+        names = _FIELDS[schema] = frozenset(f.name for f in dataclasses.fields(schema))
+    return names
+
+
+@lru_cache(maxsize=1024)
+def nested(api_key: int, api_version: int, name: str) -> type[Any]:
+    """A nested entity class (e.g. `JoinGroupResponseMember`) of a response schema."""
+    module = importlib.import_module(response_schema(api_key, api_version).__module__)
+    cls: type[Any] = getattr(module, name)
+    return cls
+
+
+def build(schema: type[Any], values: dict[str, Any]) -> Any:
+    names = _fields(schema)
+    if "throttle_time" in names and "throttle_time" not in values:
+        values["throttle_time"] = ZERO_THROTTLE
+    return schema(**{k: v for k, v in values.items() if k in names})
+
+
+def make(api_key: int, api_version: int, **values: Any) -> Any:
+    return build(response_schema(api_key, api_version), values)
+
+
+def make_nested(api_key: int, api_version: int, name: str, **values: Any) -> Any:
+    return build(nested(api_key, api_version, name), values)
+
+
+def join_group(
+    api_version: int,
+    error_code: int,
+    *,
+    member_id: str,
+    generation_id: int = -1,
+    protocol_type: str | None = None,
+    protocol_name: str | None = None,
+    leader: str = "",
+    skip_assignment: bool = False,
+    members: Sequence[tuple[str, str | None, bytes]] = (),
+) -> Any:
+    """JoinGroupResponse. Below v7 ProtocolName is not nullable: Kafka's JoinGroupResponse
+    constructor sends "" for null (JoinGroupResponse.java)."""
+    if api_version < 7 and protocol_name is None:
+        protocol_name = ""
+    member_cls = nested(11, api_version, "JoinGroupResponseMember")
+    has_instance = api_version >= 5
+    entries = tuple(
+        member_cls(member_id=m_id, group_instance_id=inst, metadata=meta)
+        if has_instance
+        else member_cls(member_id=m_id, metadata=meta)
+        for m_id, inst, meta in members
+    )
+    return make(
+        11,
+        api_version,
+        error_code=error(error_code),
+        generation_id=generation_id,
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        leader=leader,
+        skip_assignment=skip_assignment,
+        member_id=member_id,
+        members=entries,
+    )
+
+
+def sync_group(
+    api_version: int,
+    error_code: int,
+    *,
+    assignment: bytes = b"",
+    protocol_type: str | None = None,
+    protocol_name: str | None = None,
+) -> Any:
+    return make(
+        14,
+        api_version,
+        error_code=error(error_code),
+        assignment=assignment,
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+    )
+
+
+@lru_cache(maxsize=256)
+def heartbeat(api_version: int, error_code: int) -> Any:
+    """HeartbeatResponse; entities are frozen, so one instance per (version, error) is shared."""
+    return make(12, api_version, error_code=error(error_code))
+
+
+def leave_group(
+    api_version: int, top_level_error: int, members: Sequence[tuple[str, str | None, int]]
+) -> Any:
+    """LeaveGroupResponse. v0-2 carry one error code: the top-level error, else the first member
+    error (LeaveGroupResponse.java `getError`)."""
+    if api_version <= 2:
+        code = top_level_error
+        if code == 0:
+            code = next((member_error for _, _, member_error in members if member_error != 0), 0)
+        return make(13, api_version, error_code=error(code))
+    member_cls = nested(13, api_version, "MemberResponse")
+    entries = tuple(
+        member_cls(member_id=m_id, group_instance_id=inst, error_code=error(code))
+        for m_id, inst, code in members
+    )
+    return make(13, api_version, error_code=error(top_level_error), members=entries)

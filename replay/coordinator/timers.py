@@ -1,0 +1,79 @@
+"""Keyed timers in virtual time: scheduling a key again replaces its deadline.
+
+Kafka's new coordinator keeps its classic-group timeouts in a `CoordinatorTimer` keyed by
+`heartbeat-{group}-{member}`, `join-{group}`, `sync-{group}` and `pending-member-...`
+(GroupMetadataManager.classicGroupHeartbeatKey / classicGroupJoinKey / classicGroupSyncKey);
+`timer.schedule(key, ...)` cancels the previous timer of that key. This is the same idea as a
+binary heap with lazy deletion: each key remembers the sequence number of its live entry, and
+stale heap entries are skipped when they surface.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+TimerAction = Callable[[int], None]
+
+
+@dataclass(slots=True)
+class _Entry:
+    deadline_ms: int
+    seq: int
+    action: TimerAction = field(compare=False)
+
+
+class KeyedTimers:
+    __slots__ = ("_heap", "_live", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, str]] = []
+        self._live: dict[str, _Entry] = {}
+        self._seq = 0
+
+    def schedule(self, key: str, deadline_ms: int, action: TimerAction) -> None:
+        self._seq += 1
+        self._live[key] = _Entry(deadline_ms, self._seq, action)
+        heapq.heappush(self._heap, (deadline_ms, self._seq, key))
+
+    def cancel(self, key: str) -> None:
+        self._live.pop(key, None)
+
+    def is_scheduled(self, key: str) -> bool:
+        return key in self._live
+
+    def deadline(self, key: str) -> int | None:
+        entry = self._live.get(key)
+        return None if entry is None else entry.deadline_ms
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def next_deadline(self) -> int | None:
+        heap = self._heap
+        live = self._live
+        while heap:
+            deadline_ms, seq, key = heap[0]
+            entry = live.get(key)
+            if entry is not None and entry.seq == seq:
+                return deadline_ms
+            heapq.heappop(heap)
+        return None
+
+    def pop_due(self, now_ms: int) -> tuple[str, TimerAction] | None:
+        """The earliest live timer due at `now_ms` (removed), or None. Ties fire in scheduling order."""
+        heap = self._heap
+        live = self._live
+        while heap:
+            deadline_ms, seq, key = heap[0]
+            entry = live.get(key)
+            if entry is None or entry.seq != seq:
+                heapq.heappop(heap)
+                continue
+            if deadline_ms > now_ms:
+                return None
+            heapq.heappop(heap)
+            del live[key]
+            return key, entry.action
+        return None

@@ -1,0 +1,144 @@
+"""Configuration, request context, group states and the outputs of the sans-IO coordinator.
+
+The coordinator is a pure state machine: `GroupCoordinator.handle(now_ms, context, request)` and
+`advance(now_ms)` return lists of outputs that the caller interprets (an asyncio server writes
+`Respond` frames to connections; a replay engine collects `GroupEvent`s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+INT32_MAX: Final = 2**31 - 1
+
+# Kafka's `GroupCoordinatorConfig` defaults (group.min.session.timeout.ms, ...).
+DEFAULT_MIN_SESSION_TIMEOUT_MS: Final = 6_000
+DEFAULT_MAX_SESSION_TIMEOUT_MS: Final = 1_800_000
+DEFAULT_INITIAL_REBALANCE_DELAY_MS: Final = 3_000
+# GroupCoordinator.NewMemberJoinTimeoutMs / GroupMetadataManager.classicGroupNewMemberJoinTimeoutMs
+NEW_MEMBER_JOIN_TIMEOUT_MS: Final = 5 * 60 * 1000
+
+
+class KafkaBehaviour(StrEnum):
+    """Which Kafka coordinator to imitate where their observable behaviour differs.
+
+    `scala-3.9`: core/.../GroupCoordinator.scala, the default on 3.x brokers.
+    `new-coordinator`: group-coordinator/.../GroupMetadataManager.java (3.9 with
+    group.coordinator.new.enable=true, the only coordinator on 4.x).
+    """
+
+    SCALA_3_9 = "scala-3.9"
+    NEW_COORDINATOR = "new-coordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    group_min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS
+    group_max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
+    group_initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
+    group_max_size: int = INT32_MAX
+    new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    kafka_behaviour: KafkaBehaviour = KafkaBehaviour.SCALA_3_9
+    # What FindCoordinator answers (the coordinator itself; the server sets its listener).
+    node_id: int = 0
+    host: str = "127.0.0.1"
+    port: int = 9092
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request, and how to answer it (the response uses `api_version`)."""
+
+    connection_id: int
+    client_id: str
+    client_host: str
+    api_version: int
+    correlation_id: int
+
+
+class GroupState(StrEnum):
+    """ClassicGroupState.java / GroupMetadata.scala states (Kafka's names as DescribeGroups shows them)."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+# Target state -> legal previous states (GroupMetadata.scala `validPreviousStates`,
+# ClassicGroupState.java `addValidPreviousStates`).
+VALID_PREVIOUS_STATES: Final[dict[GroupState, frozenset[GroupState]]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+    ),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.DEAD: frozenset(
+        {
+            GroupState.STABLE,
+            GroupState.PREPARING_REBALANCE,
+            GroupState.COMPLETING_REBALANCE,
+            GroupState.EMPTY,
+            GroupState.DEAD,
+        }
+    ),
+}
+
+
+class IllegalStateTransition(AssertionError):
+    """A transition Kafka's state table forbids: a coordinator bug, never a client error."""
+
+
+class GroupEventKind(StrEnum):
+    """Server-side events; the first six share their names with design section 4."""
+
+    MEMBER_JOINED = "member_joined"
+    REBALANCE_STARTED = "rebalance_started"
+    GENERATION_COMPLETED = "generation_completed"
+    MEMBER_LEFT = "member_left"
+    MEMBER_EXPIRED = "member_expired"
+    MEMBER_FENCED = "member_fenced"
+    STATE_CHANGED = "state_changed"
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """Send `response` (a kio response entity of the request's api_version) on the context's connection."""
+
+    context: RequestContext
+    response: Any
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEvent:
+    """One server-side group event, with the design section 4 columns the coordinator knows.
+
+    `member_key` is not known here (it is a replay-side identity); map it from
+    `group_instance_id` or `client_id`. `assignment` is the raw SyncGroup bytes for
+    `generation_completed` (decode with the consumer protocol when `protocol_type == "consumer"`).
+    """
+
+    ts_ms: int
+    event: GroupEventKind
+    group_id: str
+    generation_id: int
+    member_id: str = ""
+    group_instance_id: str | None = None
+    client_id: str = ""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    is_leader: bool = False
+    skip_assignment: bool | None = None
+    join_api_version: int = -1
+    error_code: int = 0
+    assignment: bytes | None = None
+    from_state: GroupState | None = None
+    to_state: GroupState | None = None
+    reason: str = ""
+
+
+Output = Respond | GroupEvent
