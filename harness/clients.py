@@ -1,0 +1,308 @@
+"""Real Kafka consumers of four kinds, each as a subprocess that reports what it saw as JSON lines.
+
+Kinds: `confluent` (librdkafka), `kafka-python` (3.x), `aiokafka`, and `java` (kafka-clients of a
+chosen version, driving harness/java/GroupConsumer.java compiled once with javac). A subprocess
+can be stopped cleanly (SIGTERM: the client closes, dynamic members send LeaveGroup, static ones
+do not), killed (SIGKILL: nothing sent) or bounced, which is what group tests need to exercise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import json
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from harness import paths
+from harness.maven import ProgressCallback, client_libs, java_path
+
+# Oldest kafka-clients we support: the class is compiled against it so every newer one runs it.
+JAVA_COMPILE_AGAINST = "2.4.1"
+DEFAULT_JAVA_CLIENT = "3.9.2"
+DEFAULT_SESSION_TIMEOUT_MS = 6000
+DEFAULT_STOP_TIMEOUT_MS = 20_000
+
+
+class ClientKind(enum.Enum):
+    CONFLUENT = "confluent"
+    KAFKA_PYTHON = "kafka-python"
+    AIOKAFKA = "aiokafka"
+    JAVA = "java"
+
+
+class ClientError(RuntimeError):
+    """A consumer process failed, or did not report what was awaited; includes its output."""
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """Who the member is. `group_instance_id=None` makes it a dynamic member."""
+
+    kind: ClientKind
+    bootstrap: str
+    group_id: str
+    topics: tuple[str, ...]
+    group_instance_id: str | None = None
+    client_id: str = "group-replay-consumer"
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    java_client_version: str = DEFAULT_JAVA_CLIENT  # only for kind=JAVA
+    run_ms: int | None = None  # None: until stopped
+
+    @property
+    def label(self) -> str:
+        who = self.group_instance_id or f"dynamic:{self.client_id}"
+        version = f" {self.java_client_version}" if self.kind is ClientKind.JAVA else ""
+        return f"{self.kind.value}{version} {who}"
+
+
+@dataclass(frozen=True)
+class ClientEvent:
+    """One JSON line a consumer printed."""
+
+    event: str
+    ts_ms: int
+    partitions: tuple[str, ...] = ()
+    generation_id: int | None = None
+    member_id: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def parse(cls, line: str) -> ClientEvent | None:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or "event" not in data:
+            return None
+        return cls(
+            event=str(data["event"]),
+            ts_ms=int(data.get("ts_ms", 0)),
+            partitions=tuple(data.get("partitions") or ()),
+            generation_id=data.get("generation_id"),
+            member_id=data.get("member_id"),
+            raw=data,
+        )
+
+
+# --- the Java consumer: compile once per source hash -------------------------------------------
+
+
+def java_source() -> str:
+    return files("harness").joinpath("java", "GroupConsumer.java").read_text()
+
+
+def compiled_java_consumer(progress: ProgressCallback | None = None) -> Path:
+    """Directory holding GroupConsumer.class, compiled with javac --release 8 if not cached."""
+    source = java_source()
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    out = paths.cache_root() / "java" / f"GroupConsumer-{digest}"
+    if (out / "GroupConsumer.class").exists():
+        return out
+    javac = shutil.which("javac")
+    if javac is None:
+        raise ClientError("javac not found on PATH: install a JDK (Debian: openjdk-17-jdk-headless)")
+    libs = client_libs(JAVA_COMPILE_AGAINST, progress)
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    (staging / "GroupConsumer.java").write_text(source)
+    result = subprocess.run(
+        [
+            javac,
+            "--release",
+            "8",
+            "-nowarn",
+            "-cp",
+            f"{libs}/*",
+            "-d",
+            str(staging),
+            str(staging / "GroupConsumer.java"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise ClientError(f"javac failed:\n{result.stdout}{result.stderr}")
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out
+
+
+def command_for(spec: ConsumerSpec, progress: ProgressCallback | None = None) -> list[str]:
+    if spec.kind is ClientKind.JAVA:
+        java = java_path()
+        if java is None:
+            raise ClientError("java not found on PATH")
+        classes = compiled_java_consumer(progress)
+        libs = client_libs(spec.java_client_version, progress)
+        return [
+            java,
+            "-Xmx96m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-Dorg.slf4j.simpleLogger.logFile=System.err",
+            "-cp",
+            f"{classes}:{libs}/*",
+            "GroupConsumer",
+            spec.bootstrap,
+            spec.group_id,
+            spec.group_instance_id or "-",
+            ",".join(spec.topics),
+            str(spec.session_timeout_ms),
+            str(-1 if spec.run_ms is None else spec.run_ms),
+            spec.client_id,
+        ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.consumer_main",
+        "--kind",
+        spec.kind.value,
+        "--bootstrap",
+        spec.bootstrap,
+        "--group",
+        spec.group_id,
+        "--client-id",
+        spec.client_id,
+        "--session-timeout-ms",
+        str(spec.session_timeout_ms),
+    ]
+    for topic in spec.topics:
+        cmd += ["--topic", topic]
+    if spec.group_instance_id:
+        cmd += ["--instance", spec.group_instance_id]
+    if spec.run_ms is not None:
+        cmd += ["--run-ms", str(spec.run_ms)]
+    return cmd
+
+
+class ConsumerProcess:
+    """A running consumer. Its JSON lines are collected on a reader thread into `events`."""
+
+    def __init__(self, spec: ConsumerSpec, progress: ProgressCallback | None = None) -> None:
+        self.spec = spec
+        self.events: list[ClientEvent] = []
+        self.stderr_lines: list[str] = []
+        self._new: queue.Queue[ClientEvent | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(
+            command_for(spec, progress),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        self._readers = [
+            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event = ClientEvent.parse(line)
+            if event is not None:
+                with self._lock:
+                    self.events.append(event)
+                self._new.put(event)
+        self._new.put(None)
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            with self._lock:
+                self.stderr_lines = [*self.stderr_lines[-60:], line.rstrip()]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def snapshot(self) -> list[ClientEvent]:
+        with self._lock:
+            return list(self.events)
+
+    def assignments(self) -> list[ClientEvent]:
+        return [e for e in self.snapshot() if e.event == "assigned"]
+
+    def last_assignment(self) -> ClientEvent | None:
+        found = self.assignments()
+        return found[-1] if found else None
+
+    def describe(self) -> str:
+        with self._lock:
+            out = "\n".join(json.dumps(e.raw) for e in self.events[-20:])
+            err = "\n".join(self.stderr_lines[-20:])
+        return (
+            f"{self.spec.label} (pid {self.pid}, exit {self.process.poll()})\nstdout:\n{out}\nstderr:\n{err}"
+        )
+
+    def wait_for(
+        self, predicate: Callable[[ClientEvent], bool], timeout_ms: int, after: int = 0
+    ) -> ClientEvent:
+        """First event (at index >= `after`) matching `predicate`; ClientError on timeout or exit."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            for event in self.snapshot()[after:]:
+                if event.event == "error":
+                    raise ClientError(
+                        f"consumer reported an error: {event.raw.get('message')}\n{self.describe()}"
+                    )
+                if predicate(event):
+                    return event
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ClientError(f"timed out after {timeout_ms} ms\n{self.describe()}")
+            try:
+                if self._new.get(timeout=min(remaining, 0.5)) is None:
+                    self._new.put(None)  # keep the end marker for later callers
+                    if not any(predicate(e) for e in self.snapshot()[after:]):
+                        raise ClientError(f"consumer exited before the awaited event\n{self.describe()}")
+            except queue.Empty:
+                pass
+
+    def wait_assigned(self, timeout_ms: int = 60_000, after: int = 0) -> ClientEvent:
+        return self.wait_for(lambda e: e.event == "assigned", timeout_ms, after)
+
+    def stop(self, timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> int:
+        """SIGTERM: the client closes cleanly (dynamic members leave the group). SIGKILL on timeout."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_ms / 1000)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        for reader in self._readers:
+            reader.join(timeout=5)
+        return int(self.process.wait())
+
+    def kill(self) -> int:
+        """SIGKILL: no LeaveGroup, no commit; the coordinator notices only by session timeout."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        return int(self.process.wait())
+
+    def __enter__(self) -> ConsumerProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def start_consumer(spec: ConsumerSpec, progress: ProgressCallback | None = None) -> ConsumerProcess:
+    return ConsumerProcess(spec, progress)
