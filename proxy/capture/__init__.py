@@ -1,0 +1,9 @@
+"""Recording to pcapng and reading it back (design section 3).
+
+`proxy.capture.writer` is the only module that imports scapy; the reader parses pcapng blocks
+itself so that a capture cut short by a crash is read up to its last whole block.
+"""
+
+CAPTURE_FORMAT = "group-replay-capture"
+CAPTURE_FORMAT_VERSION = 1
+KAFKA_PORT = 9092  # the synthesized server port, so that Wireshark's Kafka dissector picks it up

@@ -1,0 +1,198 @@
+"""Reading captures back: frames per connection and leg, and request/response exchanges.
+
+`read_capture(path)` never raises on a damaged tail: it returns every whole frame before the
+damage and says what the damage was in `Capture.damage`. It raises `CaptureFormatError` only for
+a file that is not a group-replay capture at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from proxy.capture import CAPTURE_FORMAT
+from proxy.capture.pcapng import CaptureFormatError, parse, tcp_payload
+from proxy.wire import CodecError, decode_request, decode_response
+
+__all__ = [
+    "Capture",
+    "CaptureFormatError",
+    "CapturedFrame",
+    "Connection",
+    "Exchange",
+    "exchanges",
+    "read_capture",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedFrame:
+    conn: int
+    leg: str  # "client" | "upstream"
+    direction: str  # "request" | "response"
+    ts_ns: int
+    api_key: int
+    api_version: int  # the version on this leg
+    correlation_id: int
+    client_id: str | None
+    group_id: str | None
+    rewritten: bool
+    payload: bytes  # the frame without its size prefix (SASL: the header only)
+    redacted_body_bytes: int | None = None  # set when a SASL body was left out
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    conn: int
+    client: str | None
+    upstream: str | None
+    opened_ns: int | None
+    closed_ns: int | None = None
+    close_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    header: dict[
+        str, Any
+    ]  # the section header comment: format, format_version, tool_version, upstream, policy
+    frames: list[CapturedFrame]
+    damage: str | None  # None when the file ended cleanly
+    connections: dict[int, Connection] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """A request and the response that answered it (None when none was captured)."""
+
+    request: CapturedFrame
+    response: CapturedFrame | None
+
+    @property
+    def conn(self) -> int:
+        return self.request.conn
+
+    def decode(self) -> tuple[Any, Any]:
+        """(request entity, response entity or None) through kio. Raises CodecError."""
+        if self.request.redacted_body_bytes is not None:
+            raise CodecError("SASL bodies are not recorded")
+        _, request = decode_request(self.request.payload)
+        response = None
+        if self.response is not None:
+            _, response = decode_response(
+                self.response.payload, self.response.api_key, self.response.api_version
+            )
+        return request, response
+
+
+def read_capture(path: str | Path) -> Capture:
+    data = Path(path).read_bytes()
+    section, packets, damage = parse(data)
+    header: dict[str, Any] = {}
+    for comment in section.comments:
+        try:
+            candidate = json.loads(comment)
+        except ValueError:
+            continue
+        if isinstance(candidate, dict) and candidate.get("format") == CAPTURE_FORMAT:
+            header = candidate
+    if not header:
+        raise CaptureFormatError(f"{path}: not a group-replay capture (no section header comment)")
+    names = [interface.name for interface in section.interfaces]
+    frames: list[CapturedFrame] = []
+    connections: dict[int, Connection] = {}
+    current: tuple[dict[str, Any], str, bytearray, int] | None = None  # meta, leg, bytes, expected
+
+    def finish() -> None:
+        nonlocal current
+        assert current is not None
+        meta, leg, buffer, _ = current
+        frames.append(
+            CapturedFrame(
+                conn=int(meta["conn"]),
+                leg=leg,
+                direction=str(meta["dir"]),
+                ts_ns=int(meta["ts_ns"]),
+                api_key=int(meta["api_key"]),
+                api_version=int(meta["api_version"]),
+                correlation_id=int(meta["correlation_id"]),
+                client_id=meta.get("client_id"),
+                group_id=meta.get("group_id"),
+                rewritten=bool(meta.get("rewritten", False)),
+                payload=bytes(buffer[4:]),
+                redacted_body_bytes=meta.get("redacted_body_bytes"),
+            )
+        )
+        current = None
+
+    for index, packet in enumerate(packets):
+        try:
+            payload, _ = tcp_payload(packet.data)
+        except ValueError:
+            continue
+        meta = None
+        for comment in packet.comments:
+            try:
+                candidate = json.loads(comment)
+            except ValueError:
+                continue
+            if isinstance(candidate, dict) and "conn" in candidate:
+                meta = candidate
+        if current is not None and (meta is not None or not payload):
+            damage = damage or f"packet {index}: a frame of connection {current[0]['conn']} is incomplete"
+            current = None
+        if meta is not None and "event" in meta:
+            conn = int(meta["conn"])
+            if meta["event"] == "open":
+                connections[conn] = Connection(conn, meta.get("client"), meta.get("upstream"), packet.ts_ns)
+            elif meta["event"] == "close" and conn in connections:
+                previous = connections[conn]
+                connections[conn] = Connection(
+                    conn,
+                    previous.client,
+                    previous.upstream,
+                    previous.opened_ns,
+                    packet.ts_ns,
+                    meta.get("reason"),
+                )
+            continue
+        if meta is not None and "dir" in meta:
+            leg = names[packet.interface] if packet.interface < len(names) else str(packet.interface)
+            if len(payload) < 4:
+                damage = damage or f"packet {index}: frame without its size prefix"
+                continue
+            expected = 4 + int.from_bytes(payload[:4], "big", signed=True)
+            current = (meta, leg, bytearray(payload), expected)
+        elif current is not None and payload:
+            current[2].extend(payload)
+        if current is not None and len(current[2]) >= current[3]:
+            finish()
+    if current is not None:
+        damage = damage or f"the capture ends inside a frame of connection {current[0]['conn']}"
+    return Capture(header=header, frames=frames, damage=damage, connections=connections)
+
+
+def exchanges(capture: Capture, leg: str = "client") -> list[Exchange]:
+    """Requests paired with their responses per connection (FIFO by correlation id), in request order."""
+    pending: dict[int, deque[int]] = defaultdict(deque)
+    slots: list[list[CapturedFrame | None]] = []
+    by_correlation: dict[tuple[int, int], int] = {}
+    for captured in capture.frames:
+        if captured.leg != leg:
+            continue
+        if captured.direction == "request":
+            by_correlation[(captured.conn, captured.correlation_id)] = len(slots)
+            pending[captured.conn].append(len(slots))
+            slots.append([captured, None])
+        else:
+            slot = by_correlation.pop((captured.conn, captured.correlation_id), None)
+            if slot is not None:
+                slots[slot][1] = captured
+    result: list[Exchange] = []
+    for request, response in slots:
+        assert request is not None
+        result.append(Exchange(request, response))
+    return result

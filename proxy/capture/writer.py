@@ -1,0 +1,315 @@
+"""The capture writer: Kafka frames -> synthesized TCP packets in pcapng, on one background thread.
+
+Each proxied connection appears twice: on interface `client` (what the client sent and got) and
+on interface `upstream` (what the broker saw). Every Kafka frame is one TCP segment (or several
+for frames over 64 KB) with consistent seq/ack per direction and a JSON packet comment (design
+section 3); a SYN/SYN-ACK/ACK opens each stream and FIN/ACK closes it, so Wireshark follows and
+reassembles the streams and its Kafka dissector decodes them (the server side uses port 9092).
+
+scapy 2.8's `RawPcapNgWriter` names interfaces and writes per-packet comments, but writes no
+section-header options, only microsecond float timestamps, and always an unnamed interface 0.
+`_PcapNgBlocks` subclasses it for its block framing (`build_block`) and adds those three things.
+scapy also builds each stream's Ethernet/IPv4/TCP header once; per packet only lengths, seq/ack
+and checksums are patched in, because building a scapy packet per frame would cost the proxy
+hundreds of microseconds of the GIL per frame.
+
+The event loop only puts tuples on a `queue.SimpleQueue` (never blocks); the thread writes
+batches and flushes after each, so a killed proxy leaves a file readable up to the last batch.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import struct
+import threading
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import IO, Any
+
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+from scapy.utils import RawPcapNgWriter
+
+from proxy.capture import CAPTURE_FORMAT, CAPTURE_FORMAT_VERSION, KAFKA_PORT
+from proxy.session import Record
+from proxy.wire import ApiKey, FrameError, peek_request_header, response_header_size
+
+LEGS = ("client", "upstream")
+LINKTYPE_ETHERNET = 1
+MAX_SEGMENT = 65_000  # TCP payload per synthesized packet (IPv4 total length is 16 bits)
+SASL_API_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_FLAG_SYN, _FLAG_ACK, _FLAG_PSH, _FLAG_FIN = 0x02, 0x10, 0x08, 0x01
+
+
+def tool_version() -> str:
+    try:
+        return version("group-replay")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def internet_checksum(data: bytes) -> int:
+    """RFC 1071 checksum. Sum of 16-bit words mod 0xFFFF equals the number mod 0xFFFF (2^16 = 1),
+    so one C-level big-int reduction replaces a Python loop over the words."""
+    if len(data) % 2:
+        data += b"\x00"
+    total = int.from_bytes(data, "big") % 0xFFFF
+    if total == 0 and any(data):
+        total = 0xFFFF
+    return 0xFFFF - total
+
+
+class _PcapNgBlocks(RawPcapNgWriter):  # type: ignore[misc]
+    """scapy's pcapng block framing, with SHB options, named interfaces and nanosecond stamps."""
+
+    def __init__(self, handle: IO[bytes]) -> None:  # scapy's __init__ opens a path itself
+        self.header_present = False
+        self.tsresol = 1_000_000_000
+        self.interfaces2id = {name.encode(): index for index, name in enumerate(LEGS)}
+        self.endian = "<"
+        self.endian_magic = b"\x4d\x3c\x2b\x1a"
+        self.f = handle
+        self.filename = getattr(handle, "name", "capture")
+
+    def _option(self, code: int, value: bytes) -> bytes:
+        return struct.pack("<HH", code, len(value)) + self._add_padding(value)
+
+    def header_blocks(self, comment: str) -> bytes:
+        shb_body = self.endian_magic + struct.pack("<HHq", 1, 0, -1)
+        shb_options = (
+            self._option(1, comment.encode())
+            + self._option(4, f"group-replay {tool_version()}".encode())
+            + struct.pack("<HH", 0, 0)
+        )
+        blocks = [self.build_block(b"\x0a\x0d\x0d\x0a", shb_body, options=shb_options)]
+        for name in LEGS:
+            idb_body = struct.pack("<HHI", LINKTYPE_ETHERNET, 0, 262_144)
+            options = self._option(2, name.encode()) + self._option(9, b"\x09") + struct.pack("<HH", 0, 0)
+            blocks.append(self.build_block(struct.pack("<I", 1), idb_body, options=options))
+        return b"".join(blocks)
+
+    def packet_block(self, packet: bytes, interface: int, ts_ns: int, comment: bytes | None) -> bytes:
+        body = struct.pack("<IIIII", interface, ts_ns >> 32, ts_ns & 0xFFFFFFFF, len(packet), len(packet))
+        options = None
+        if comment is not None:
+            options = self._option(1, comment) + struct.pack("<HH", 0, 0)
+        return self.build_block(struct.pack("<I", 6), body + packet, options=options)  # type: ignore[no-any-return]
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One synthesized TCP connection: header templates and the next seq of each side."""
+
+    to_server: bytearray  # Ethernet/IPv4/TCP header, client -> server
+    to_client: bytearray
+    client_seq: int = 1
+    server_seq: int = 1
+
+    def packet(self, to_server: bool, flags: int, payload: bytes) -> bytes:
+        template = self.to_server if to_server else self.to_client
+        seq, ack = (self.client_seq, self.server_seq) if to_server else (self.server_seq, self.client_seq)
+        header = bytearray(template)
+        struct.pack_into(">H", header, 16, 20 + 20 + len(payload))
+        header[24:26] = b"\x00\x00"
+        struct.pack_into(">H", header, 24, internet_checksum(bytes(header[14:34])))
+        struct.pack_into(">II", header, 38, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF)
+        header[47] = flags
+        header[50:52] = b"\x00\x00"
+        pseudo = bytes(header[26:34]) + struct.pack(">BBH", 0, 6, 20 + len(payload))
+        struct.pack_into(">H", header, 50, internet_checksum(pseudo + bytes(header[34:54]) + payload))
+        advance = len(payload) + (1 if flags & (_FLAG_SYN | _FLAG_FIN) else 0)
+        if to_server:
+            self.client_seq += advance
+        else:
+            self.server_seq += advance
+        return bytes(header) + payload
+
+
+def _template(src_mac: str, dst_mac: str, src: tuple[str, int], dst: tuple[str, int]) -> bytearray:
+    packet = (
+        Ether(src=src_mac, dst=dst_mac)
+        / IP(src=src[0], dst=dst[0], ttl=64, flags="DF", id=0)
+        / TCP(sport=src[1], dport=dst[1], flags="A", window=65535, seq=0, ack=0)
+    )
+    return bytearray(bytes(packet))
+
+
+def _client_endpoint(conn: int, leg_index: int) -> tuple[str, int]:
+    return (f"10.{1 + leg_index * 2}.{(conn >> 8) & 0xFF}.{conn & 0xFF}", 40000 + (conn >> 16) % 20000)
+
+
+def _redact(record: Record, payload: bytes, direction: str) -> tuple[bytes, int | None]:
+    """SASL bodies are replaced by their length (credentials are never written)."""
+    if record.api_key not in SASL_API_KEYS:
+        return payload, None
+    try:
+        if direction == "request":
+            header_size = peek_request_header(payload).header_size
+        else:
+            header_size = response_header_size(payload, record.api_key, record.api_version)
+    except FrameError:
+        header_size = min(len(payload), 4)
+    return payload[:header_size], len(payload) - header_size
+
+
+class CaptureWriter:
+    """Writes a capture file from proxy `Record`s; all file work happens on one thread."""
+
+    def __init__(self, path: str | Path, *, upstream: str, policy: str = "pass-through") -> None:
+        self.path = Path(path)
+        self.header = {
+            "format": CAPTURE_FORMAT,
+            "format_version": CAPTURE_FORMAT_VERSION,
+            "tool_version": tool_version(),
+            "upstream": upstream,
+            "policy": policy,
+        }
+        self._handle = self.path.open("wb")
+        self._blocks = _PcapNgBlocks(self._handle)
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._streams: dict[tuple[int, int], _Stream] = {}
+        self._brokers: dict[str, int] = {}
+        self.queued_bytes = 0  # written by the event loop thread only
+        self.written_bytes = 0  # written by the writer thread only
+        self.error: BaseException | None = None
+        self._handle.write(self._blocks.header_blocks(json.dumps(self.header, separators=(",", ":"))))
+        self._handle.flush()
+        self._thread = threading.Thread(target=self._run, name="capture-writer", daemon=True)
+        self._thread.start()
+
+    # -- called from the event loop: cheap, never blocks ----------------------------------------
+
+    @property
+    def backlog_bytes(self) -> int:
+        return self.queued_bytes - self.written_bytes
+
+    def open_connection(self, conn: int, ts_ns: int, client: str, upstream: str) -> None:
+        self._queue.put(("open", conn, ts_ns, client, upstream))
+
+    def record(self, record: Record) -> None:
+        self.queued_bytes += len(record.client_payload)
+        self._queue.put(("frame", record))
+
+    def close_connection(self, conn: int, ts_ns: int, reason: str) -> None:
+        self._queue.put(("close", conn, ts_ns, reason))
+
+    def close(self) -> None:
+        """Write everything queued, then close the file (blocks until the thread is done)."""
+        self._queue.put(None)
+        self._thread.join()
+        self._handle.close()
+
+    # -- the writer thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        get = self._queue.get
+        get_nowait = self._queue.get_nowait
+        while True:
+            item = get()
+            batch = [item]
+            while len(batch) < 512:
+                try:
+                    batch.append(get_nowait())
+                except queue.Empty:
+                    break
+            out: list[bytes] = []
+            stop = False
+            for entry in batch:
+                if entry is None:
+                    stop = True
+                    break
+                try:
+                    self._write(entry, out)
+                except Exception as exc:  # keep recording the rest; remember the first failure
+                    self.error = self.error or exc
+            self._handle.write(b"".join(out))
+            self._handle.flush()
+            if stop:
+                return
+
+    def _stream(self, conn: int, leg: int, upstream: str | None = None) -> _Stream:
+        key = (conn, leg)
+        stream = self._streams.get(key)
+        if stream is None:
+            client = _client_endpoint(conn, leg)
+            if leg == 0:
+                server = ("10.0.0.1", KAFKA_PORT)
+            else:
+                index = self._brokers.setdefault(upstream or "?", len(self._brokers) + 1)
+                server = (f"10.4.{(index >> 8) & 0xFF}.{index & 0xFF}", KAFKA_PORT)
+            client_mac, server_mac = "02:00:00:00:00:01", "02:00:00:00:00:02"
+            stream = _Stream(
+                _template(client_mac, server_mac, client, server),
+                _template(server_mac, client_mac, server, client),
+            )
+            self._streams[key] = stream
+        return stream
+
+    def _write(self, entry: tuple[Any, ...], out: list[bytes]) -> None:
+        blocks = self._blocks
+        match entry:
+            case ("frame", record):
+                self._write_frame(record, out)
+            case ("open", conn, ts_ns, client, upstream):
+                for leg in (0, 1):
+                    stream = self._stream(conn, leg, upstream)
+                    comment = json.dumps(
+                        {"conn": conn, "event": "open", "client": client, "upstream": upstream},
+                        separators=(",", ":"),
+                    ).encode()
+                    syn = stream.packet(True, _FLAG_SYN, b"")
+                    synack = stream.packet(False, _FLAG_SYN | _FLAG_ACK, b"")
+                    ack = stream.packet(True, _FLAG_ACK, b"")
+                    out.append(blocks.packet_block(syn, leg, ts_ns, comment))
+                    out.append(blocks.packet_block(synack, leg, ts_ns, None))
+                    out.append(blocks.packet_block(ack, leg, ts_ns, None))
+            case ("close", conn, ts_ns, reason):
+                comment = json.dumps({"conn": conn, "event": "close", "reason": reason}).encode()
+                for leg in (0, 1):
+                    stream = self._streams.pop((conn, leg), None)
+                    if stream is None:
+                        continue
+                    out.append(
+                        blocks.packet_block(
+                            stream.packet(True, _FLAG_FIN | _FLAG_ACK, b""), leg, ts_ns, comment
+                        )
+                    )
+                    out.append(
+                        blocks.packet_block(
+                            stream.packet(False, _FLAG_FIN | _FLAG_ACK, b""), leg, ts_ns, None
+                        )
+                    )
+                    out.append(blocks.packet_block(stream.packet(True, _FLAG_ACK, b""), leg, ts_ns, None))
+
+    def _write_frame(self, record: Record, out: list[bytes]) -> None:
+        rewritten = record.rewritten
+        to_server = record.direction == "request"
+        for leg, payload, api_version in (
+            (0, record.client_payload, record.api_version),
+            (1, record.upstream_payload, record.upstream_api_version),
+        ):
+            stream = self._stream(record.conn, leg)
+            payload, redacted = _redact(record, payload, record.direction)
+            meta: dict[str, Any] = {
+                "conn": record.conn,
+                "dir": record.direction,
+                "api_key": record.api_key,
+                "api_version": api_version,
+                "correlation_id": record.correlation_id,
+                "client_id": record.client_id,
+                "group_id": record.group_id,
+                "ts_ns": record.ts_ns,
+                "rewritten": rewritten,
+            }
+            if redacted is not None:
+                meta["redacted_body_bytes"] = redacted
+            comment: bytes | None = json.dumps(meta, separators=(",", ":")).encode()
+            data = struct.pack(">i", len(payload)) + payload
+            for start in range(0, len(data), MAX_SEGMENT):
+                segment = data[start : start + MAX_SEGMENT]
+                packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, segment)
+                out.append(self._blocks.packet_block(packet, leg, record.ts_ns, comment))
+                comment = None
+        self.written_bytes += len(record.client_payload)
