@@ -11,6 +11,7 @@ from pathlib import Path
 
 CACHE_ENV = "GROUP_REPLAY_CACHE"
 MAVEN_REPO_ENV = "GROUP_REPLAY_MAVEN_REPO"
+RUN_DIR_ENV = "GROUP_REPLAY_RUN_DIR"
 
 
 def cache_root() -> Path:
@@ -32,8 +33,9 @@ def clients_dir(kafka_version: str) -> Path:
 
 
 def run_dir() -> Path:
-    """State files of brokers started detached by `group-replay broker start`."""
-    return cache_root() / "run"
+    """State files of brokers started detached by `group-replay broker start` (`GROUP_REPLAY_RUN_DIR`)."""
+    explicit = os.environ.get(RUN_DIR_ENV)
+    return Path(explicit).expanduser() if explicit else cache_root() / "run"
 
 
 def maven_repo() -> Path | None:
