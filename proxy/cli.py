@@ -1,0 +1,103 @@
+"""`group-replay proxy`: run the recording proxy in front of a Kafka cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+import sys
+from typing import Any
+
+from proxy.server import ProxyConfig, ProxyServer, parse_hostport
+from proxy.wire import DEFAULT_MAX_FRAME_BYTES
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="group-replay proxy",
+        description="Transparent Kafka proxy: relays every byte, decodes the group APIs, records to pcapng.",
+    )
+    parser.add_argument("--upstream", required=True, metavar="HOST:PORT", help="bootstrap broker")
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:19092",
+        metavar="HOST:PORT",
+        help="bootstrap listener (default %(default)s)",
+    )
+    parser.add_argument("--advertise-host", default=None, help="host named in rewritten broker addresses")
+    parser.add_argument("--record", metavar="FILE", help="write a pcapng capture of all traffic")
+    parser.add_argument("--policy", metavar="FILE", help="rewrite policy YAML (proxy.rewrite)")
+    parser.add_argument(
+        "--max-frame-bytes",
+        type=int,
+        default=DEFAULT_MAX_FRAME_BYTES,
+        metavar="N",
+        help="close connections that announce larger frames (default %(default)s)",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def _load_policy(path: str) -> Any:
+    try:
+        rewrite = importlib.import_module("proxy.rewrite")
+        load = rewrite.load_policy
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"group-replay proxy: --policy is not available ({exc})") from exc
+    return load(path)
+
+
+async def _run(config: ProxyConfig, record: str | None) -> None:
+    recorder = None
+    if record:
+        from proxy.capture.writer import CaptureWriter
+
+        recorder = CaptureWriter(
+            record, upstream=f"{config.upstream[0]}:{config.upstream[1]}", policy=config.policy.name
+        )
+    server = ProxyServer(config, recorder)
+    try:
+        host, port = await server.start()
+        print(f"proxy listening on {host}:{port} -> {config.upstream[0]}:{config.upstream[1]}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+    finally:
+        await server.close()
+        if recorder is not None:
+            recorder.close()
+
+
+def main(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        upstream = parse_hostport(args.upstream)
+        listen = parse_hostport(args.listen)
+    except ValueError as exc:
+        print(f"group-replay proxy: {exc}", file=sys.stderr)
+        return 2
+    if args.max_frame_bytes <= 0:
+        print("group-replay proxy: --max-frame-bytes must be positive", file=sys.stderr)
+        return 2
+    config = ProxyConfig(
+        upstream=upstream,
+        listen=listen,
+        advertised_host=args.advertise_host,
+        max_frame_bytes=args.max_frame_bytes,
+    )
+    if args.policy:
+        config.policy = _load_policy(args.policy)
+    try:
+        asyncio.run(_run(config, args.record))
+    except OSError as exc:
+        print(f"group-replay proxy: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,330 @@
+"""The asyncio shell around `ProxySession`: listeners, upstream connections, backpressure.
+
+asyncio Protocols/transports rather than streams: the relay never awaits per chunk, it only
+interprets the session's commands inside `data_received`, which saves a task switch and a copy
+per read. Backpressure both ways: when one side's transport buffer passes its high-water mark
+(`pause_writing`) the other side stops reading until it drains (`resume_writing`); when the
+capture writer falls behind, clients stop being read until it catches up.
+
+One listener fronts the bootstrap server; one more per upstream broker opens the first time a
+Metadata, FindCoordinator or DescribeCluster response names it (port per broker, as in
+Kroxylicious). A malformed frame, an unreachable or vanished upstream closes only the connection
+it concerns, with a log line; the listeners keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.addressing import AddressRewriter
+from proxy.session import Close, PassThrough, ProxySession, Record, RewritePolicy, SendClient, SendUpstream
+from proxy.wire import DEFAULT_MAX_FRAME_BYTES
+
+log = logging.getLogger("group_replay.proxy")
+
+WRITE_HIGH_WATER = 1 << 20
+WRITE_LOW_WATER = 256 << 10
+CAPTURE_BACKLOG_HIGH = 64 << 20
+CAPTURE_BACKLOG_LOW = 16 << 20
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@dataclass
+class ProxyConfig:
+    upstream: tuple[str, int]
+    listen: tuple[str, int] = ("127.0.0.1", 0)
+    advertised_host: str | None = None  # host written into rewritten responses (default: listen host)
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    policy: RewritePolicy = field(default_factory=PassThrough)
+
+
+class ProxyServer:
+    """Listens, relays, and (with `recorder`) hands every frame to the capture writer."""
+
+    def __init__(self, config: ProxyConfig, recorder: Any | None = None) -> None:
+        self.config = config
+        self.recorder = recorder
+        self._conn_ids = itertools.count(1)
+        self._servers: dict[tuple[str, int], asyncio.base_events.Server] = {}
+        self._listeners: dict[tuple[str, int], tuple[str, int]] = {}  # upstream -> proxy address
+        self._pending_servers: list[asyncio.Task[Any]] = []
+        self.connections: dict[int, _ClientSide] = {}
+        self.addresses = AddressRewriter(self)
+        self.bootstrap: tuple[str, int] | None = None
+
+    @property
+    def advertised_host(self) -> str:
+        host = self.config.advertised_host or self.config.listen[0]
+        return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+    async def start(self) -> tuple[str, int]:
+        """Open the bootstrap listener; returns its address."""
+        loop = asyncio.get_running_loop()
+        upstream = self.config.upstream
+        server = await loop.create_server(
+            lambda: _ClientSide(self, upstream), self.config.listen[0], self.config.listen[1]
+        )
+        self._servers[upstream] = server
+        port = int(server.sockets[0].getsockname()[1])
+        self.bootstrap = (self.advertised_host, port)
+        log.info("proxy listening on %s:%d -> %s:%d", self.config.listen[0], port, *upstream)
+        return self.bootstrap
+
+    # BrokerDirectory (called from a session, inside data_received: must not block)
+    def listener_for(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        key = (host, port)
+        known = self._listeners.get(key)
+        if known is not None:
+            return known
+        base = self.bootstrap[1] if self.bootstrap else 0
+        preferred = base + 1 + node_id if base and node_id >= 0 else 0
+        sock = _bind(self.config.listen[0], preferred)
+        sock.listen(128)
+        sock.setblocking(False)
+        address = (self.advertised_host, int(sock.getsockname()[1]))
+        self._listeners[key] = address
+        loop = asyncio.get_running_loop()
+
+        async def serve() -> None:
+            server = await loop.create_server(lambda: _ClientSide(self, key), sock=sock)
+            self._servers[key] = server
+
+        self._pending_servers.append(loop.create_task(serve()))
+        log.info("broker %d (%s:%d) is reachable through %s:%d", node_id, host, port, *address)
+        return address
+
+    def new_connection_id(self) -> int:
+        return next(self._conn_ids)
+
+    async def close(self) -> None:
+        for task in self._pending_servers:
+            await task
+        for server in self._servers.values():
+            server.close()
+        for connection in list(self.connections.values()):
+            connection.abort("proxy shutting down")
+        for server in self._servers.values():
+            await server.wait_closed()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        if port == 0 or exc.errno != errno.EADDRINUSE:
+            sock.close()
+            raise
+        sock.bind((host, 0))
+    return sock
+
+
+class _ClientSide(asyncio.Protocol):
+    """One client connection and, through `_UpstreamSide`, its upstream connection."""
+
+    def __init__(self, server: ProxyServer, upstream: tuple[str, int]) -> None:
+        self.server = server
+        self.upstream_address = upstream
+        self.conn = server.new_connection_id()
+        recorder = server.recorder
+        self.session = ProxySession(
+            self.conn,
+            record=recorder is not None,
+            policy=server.config.policy,
+            addresses=server.addresses,
+            max_frame_bytes=server.config.max_frame_bytes,
+        )
+        self.recorder = recorder
+        self.client: asyncio.Transport | None = None
+        self.upstream: asyncio.Transport | None = None
+        self.early: list[bytes] = []
+        self.closing = False
+        self.reading_paused = False
+        self.peer = "?"
+
+    # -- client transport ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.client = transport
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server.connections[self.conn] = self
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.recorder is not None:
+            self.recorder.open_connection(
+                self.conn, time.time_ns(), self.peer, "{}:{}".format(*self.upstream_address)
+            )
+        transport.pause_reading()  # until the upstream connection is up
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = self.upstream_address
+        try:
+            transport, _ = await loop.create_connection(lambda: _UpstreamSide(self), host, port)
+        except OSError as exc:
+            self.abort(f"upstream {host}:{port} unreachable: {exc}")
+            return
+        if self.closing:
+            transport.close()
+            return
+        assert isinstance(transport, asyncio.Transport)
+        self.upstream = transport
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
+        if self.client is not None:
+            self.client.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self._run(self.session.client_data(data, time.time_ns()))
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side; connection_lost closes the upstream
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.pop(self.conn, None)
+        if not self.closing:
+            self.closing = True
+            log.debug("conn %d: client %s closed the connection", self.conn, self.peer)
+            self._record_close("client closed the connection")
+        if self.upstream is not None:
+            self.upstream.close()
+
+    def pause_writing(self) -> None:  # the client is slow: stop reading the broker
+        if self.upstream is not None:
+            self.upstream.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None:
+            self.upstream.resume_reading()
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def _run(self, commands: list[Any]) -> None:
+        for command in commands:
+            if type(command) is SendUpstream:
+                assert self.upstream is not None
+                self.upstream.write(command.data)
+            elif type(command) is SendClient:
+                assert self.client is not None
+                self.client.write(command.data)
+            elif type(command) is Record:
+                assert self.recorder is not None
+                self.recorder.record(command)
+            elif type(command) is Close:
+                self.abort(command.reason)
+                return
+        recorder = self.recorder
+        if recorder is not None and recorder.backlog_bytes > CAPTURE_BACKLOG_HIGH and not self.reading_paused:
+            self._pause_for_capture()
+
+    def _pause_for_capture(self) -> None:
+        if self.client is None or self.closing:
+            return
+        self.reading_paused = True
+        self.client.pause_reading()
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:
+            if self.closing or self.client is None:
+                return
+            if self.recorder.backlog_bytes < CAPTURE_BACKLOG_LOW:
+                self.reading_paused = False
+                self.client.resume_reading()
+            else:
+                loop.call_later(0.005, check)
+
+        loop.call_later(0.005, check)
+
+    def _record_close(self, reason: str) -> None:
+        if self.recorder is not None:
+            self.recorder.close_connection(self.conn, time.time_ns(), reason)
+
+    def abort(self, reason: str) -> None:
+        """Close this connection (both sides) because of `reason`; logged once."""
+        if self.closing:
+            return
+        self.closing = True
+        log.warning("conn %d (client %s): closing: %s", self.conn, self.peer, reason)
+        self._record_close(reason)
+        if self.upstream is not None:
+            self.upstream.abort()
+        if self.client is not None:
+            self.client.abort()
+        self.server.connections.pop(self.conn, None)
+
+    # -- upstream side ------------------------------------------------------------------------
+
+    def upstream_data(self, data: bytes) -> None:
+        self._run(self.session.upstream_data(data, time.time_ns()))
+
+    def upstream_lost(self, exc: Exception | None) -> None:
+        if self.closing:
+            return
+        host, port = self.upstream_address
+        detail = f": {exc}" if exc else ""
+        self.closing = True
+        log.warning(
+            "conn %d (client %s): upstream %s:%d closed the connection%s",
+            self.conn,
+            self.peer,
+            host,
+            port,
+            detail,
+        )
+        self._record_close(f"upstream closed the connection{detail}")
+        if self.client is not None:
+            self.client.close()
+        self.server.connections.pop(self.conn, None)
+
+
+class _UpstreamSide(asyncio.Protocol):
+    def __init__(self, owner: _ClientSide) -> None:
+        self.owner = owner
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.owner.upstream_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner.upstream_lost(exc)
+
+    def pause_writing(self) -> None:  # the broker is slow: stop reading the client
+        if self.owner.client is not None:
+            self.owner.client.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.owner.client is not None and not self.owner.reading_paused:
+            self.owner.client.resume_reading()
+
+
+async def serve(config: ProxyConfig, recorder: Any | None = None) -> None:
+    """Run a proxy until cancelled."""
+    server = ProxyServer(config, recorder)
+    await server.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.close()

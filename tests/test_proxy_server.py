@@ -1,0 +1,243 @@
+"""The asyncio shell against small fake upstreams (faults a real broker cannot be made to produce)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import kio.schema.metadata.v12.response as md12
+import pytest
+from kio.schema.types import BrokerId
+from kio.static.primitive import i32, i32Timedelta
+
+from proxy.capture.reader import read_capture
+from proxy.capture.writer import CaptureWriter
+from proxy.server import ProxyConfig, ProxyServer
+from proxy.wire import FrameDecoder, decode_response, encode_response, frame, peek_request_prefix
+from tests.test_proxy_session import _heartbeat, _opaque
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers every request with a response carrying its correlation id and 2 bytes of body."""
+    decoder = FrameDecoder()
+    try:
+        while data := await reader.read(65536):
+            for request in decoder.feed(data):
+                _, _, correlation_id = peek_request_prefix(request)
+                writer.write(frame(correlation_id.to_bytes(4, "big") + b"ok"))
+            await writer.drain()
+    except ConnectionError:
+        pass
+    writer.close()
+
+
+async def _start(handler: Handler, port: int = 0) -> asyncio.Server:
+    return await asyncio.start_server(handler, "127.0.0.1", port)
+
+
+def _port(server: asyncio.Server) -> int:
+    return int(server.sockets[0].getsockname()[1])
+
+
+async def _proxy(upstream_port: int, **kwargs: object) -> tuple[ProxyServer, int]:
+    recorder = kwargs.pop("recorder", None)
+    proxy = ProxyServer(ProxyConfig(upstream=("127.0.0.1", upstream_port), **kwargs), recorder)  # type: ignore[arg-type]
+    _, port = await proxy.start()
+    return proxy, port
+
+
+async def _responses(reader: asyncio.StreamReader, count: int) -> list[bytes]:
+    decoder = FrameDecoder()
+    frames: list[bytes] = []
+    while len(frames) < count:
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        if not data:
+            break
+        frames += decoder.feed(data)
+    return frames
+
+
+def test_pipelined_requests_get_fifo_responses_and_are_recorded(tmp_path: Path) -> None:
+    async def main() -> None:
+        upstream = await _start(_echo)
+        recorder = CaptureWriter(tmp_path / "c.pcapng", upstream="fake")
+        proxy, port = await _proxy(_port(upstream), recorder=recorder)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(_heartbeat(i) if i % 3 == 0 else _opaque(i, b"x" * i) for i in range(200)))
+        frames = await _responses(reader, 200)
+        assert [int.from_bytes(f[:4], "big") for f in frames] == list(range(200))
+        writer.close()
+        await proxy.close()
+        upstream.close()
+        recorder.close()
+
+    asyncio.run(main())
+    capture = read_capture(tmp_path / "c.pcapng")
+    assert capture.damage is None
+    client = [f for f in capture.frames if f.leg == "client"]
+    assert len(client) == 400
+    assert {f.group_id for f in client if f.api_key == 12} == {"g1"}
+
+
+def test_malformed_frame_closes_only_that_connection(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        upstream = await _start(_echo)
+        proxy, port = await _proxy(_port(upstream), max_frame_bytes=4096)
+        good_reader, good_writer = await asyncio.open_connection("127.0.0.1", port)
+        for bad in [
+            b"\xff\xff\xff\xfe",
+            (5000).to_bytes(4, "big"),
+            frame(b"\x00\x0c\x00"),
+            frame((11).to_bytes(2, "big") + (99).to_bytes(2, "big") + b"\x00\x00\x00\x01\xff\xff"),
+        ]:
+            bad_reader, bad_writer = await asyncio.open_connection("127.0.0.1", port)
+            bad_writer.write(_heartbeat(1) + bad)
+            got = await asyncio.wait_for(bad_reader.read(), 10)  # until the proxy closes it
+            assert FrameDecoder().feed(got) in ([], [b"\x00\x00\x00\x01ok"])
+            good_writer.write(_heartbeat(7))
+            [response] = await _responses(good_reader, 1)
+            assert response == b"\x00\x00\x00\x07ok"
+            bad_writer.close()
+        good_writer.close()
+        await proxy.close()
+        upstream.close()
+
+    with caplog.at_level(logging.WARNING, logger="group_replay.proxy"):
+        asyncio.run(main())
+    reasons = "\n".join(r.getMessage() for r in caplog.records)
+    for expected in [
+        "negative frame size",
+        "exceeds the maximum",
+        "truncated request header",
+        "JoinGroup v99",
+    ]:
+        assert expected in reasons
+
+
+def test_upstream_restart(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        upstream = await _start(_tracked_echo)
+        upstream_port = _port(upstream)
+        proxy, port = await _proxy(upstream_port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_heartbeat(1))
+        assert await _responses(reader, 1) == [b"\x00\x00\x00\x01ok"]
+        upstream.close()
+        await _drop_all(upstream)
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # the proxy closed the client
+        # Broker down: new connections are accepted and closed; the proxy keeps listening.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        # Broker back on the same port: clients reconnect.
+        upstream = await _start(_echo, upstream_port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_heartbeat(2))
+        assert await _responses(reader, 1) == [b"\x00\x00\x00\x02ok"]
+        writer.close()
+        await proxy.close()
+        upstream.close()
+
+    with caplog.at_level(logging.WARNING, logger="group_replay.proxy"):
+        asyncio.run(main())
+    messages = "\n".join(r.getMessage() for r in caplog.records)
+    assert "closed the connection" in messages and "unreachable" in messages
+
+
+_live_writers: list[asyncio.StreamWriter] = []
+
+
+async def _tracked_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    _live_writers.append(writer)
+    await _echo(reader, writer)
+
+
+async def _drop_all(server: asyncio.Server) -> None:
+    for writer in _live_writers:
+        writer.transport.abort()
+    _live_writers.clear()
+    await server.wait_closed()
+
+
+def test_metadata_brokers_are_rewritten_to_new_listeners() -> None:
+    async def main() -> None:
+        broker = await _start(_tracked_echo)  # the "broker" the metadata names
+
+        async def bootstrap(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            decoder = FrameDecoder()
+            while data := await reader.read(65536):
+                for request in decoder.feed(data):
+                    _, _, correlation_id = peek_request_prefix(request)
+                    body = md12.MetadataResponse(
+                        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+                        brokers=(
+                            md12.MetadataResponseBroker(
+                                node_id=BrokerId(3), host="127.0.0.1", port=i32(_port(broker)), rack=None
+                            ),
+                        ),
+                        cluster_id="c",
+                        controller_id=BrokerId(3),
+                        topics=(),
+                    )
+                    writer.write(encode_response(body, correlation_id))
+                await writer.drain()
+
+        upstream = await _start(bootstrap)
+        proxy, port = await _proxy(_port(upstream))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        request = (3).to_bytes(2, "big") + (12).to_bytes(2, "big") + (9).to_bytes(4, "big")
+        writer.write(frame(request + b"\x00\x01c\x00\x01\x00\x00"))
+        [response] = await _responses(reader, 1)
+        _, body = decode_response(response, 3, 12)
+        [advertised] = body.brokers
+        assert advertised.host == "127.0.0.1" and advertised.port not in (_port(broker), port)
+        # The new listener relays to the broker the metadata named.
+        reader2, writer2 = await asyncio.open_connection("127.0.0.1", advertised.port)
+        writer2.write(_heartbeat(5))
+        assert await _responses(reader2, 1) == [b"\x00\x00\x00\x05ok"]
+        for w in (writer, writer2):
+            w.close()
+        await proxy.close()
+        upstream.close()
+        broker.close()
+
+    asyncio.run(main())
+
+
+def test_backpressure_bounds_proxy_buffers() -> None:
+    total = 64 << 20
+
+    async def main() -> None:
+        async def firehose(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(65536)  # one request, then a flood of "responses" to it
+            chunk = frame(b"\x00\x00\x00\x01" + b"x" * 65532)
+            for _ in range(total // len(chunk)):
+                writer.write(chunk)
+                await writer.drain()
+            writer.close()
+
+        upstream = await _start(firehose)
+        proxy, port = await _proxy(_port(upstream))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 16)
+        writer.write(b"".join(_opaque(1, b"") for _ in range(total // 65540)))
+        await asyncio.sleep(1.0)  # the client reads nothing: the proxy must stop reading upstream
+        [connection] = proxy.connections.values()
+        assert connection.client is not None and connection.upstream is not None
+        assert connection.client.get_write_buffer_size() < 4 << 20
+        assert not connection.upstream.is_reading()
+        received = 0
+        while received < total // 65540 * 65540:
+            data = await asyncio.wait_for(reader.read(1 << 20), 10)
+            if not data:
+                break
+            received += len(data)
+        assert received == total // 65540 * 65540
+        writer.close()
+        await proxy.close()
+        upstream.close()
+
+    asyncio.run(main())
