@@ -780,7 +780,15 @@ class GroupCoordinator:
             case GroupState.STABLE | GroupState.COMPLETING_REBALANCE:
                 self._maybe_prepare_rebalance(group, f"{reason}: {member.member_id}")
             case GroupState.PREPARING_REBALANCE:
-                self._try_complete_join(group)
+                if (
+                    self.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR
+                    and group.has_all_members_joined()
+                ):
+                    # removeMemberAndUpdateClassicGroup completes the join phase at once, even
+                    # during the initial rebalance delay (the Scala InitialDelayedJoin waits).
+                    self._complete_join(group)
+                else:
+                    self._try_complete_join(group)
             case _:
                 pass
 
