@@ -76,6 +76,7 @@ class ClientEvent:
     partitions: tuple[str, ...] = ()
     generation_id: int | None = None
     member_id: str | None = None
+    is_leader: bool | None = None  # only where the client exposes it (kafka-python)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -92,6 +93,7 @@ class ClientEvent:
             partitions=tuple(data.get("partitions") or ()),
             generation_id=data.get("generation_id"),
             member_id=data.get("member_id"),
+            is_leader=data.get("is_leader"),
             raw=data,
         )
 

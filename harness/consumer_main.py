@@ -3,12 +3,14 @@
 Runs as a subprocess so a test can bounce or kill it like a real deployment. Prints one JSON
 object per line on stdout (the contract `harness.clients` parses):
   {"event": "started", ...}                      after the consumer is created
-  {"event": "assigned", "partitions": [...], "generation_id": int|null, "member_id": str|null}
+  {"event": "assigned", "partitions": [...], "generation_id": int|null, "member_id": str|null,
+   "is_leader": bool (kafka-python only, from `_coordinator._is_leader`)}
   {"event": "revoked", "partitions": [...]}
   {"event": "records", "count": n}               at most once per poll that returned records
   {"event": "closed"}                            after a clean close (SIGTERM, SIGINT or --run-ms)
   {"event": "error", "message": str}
-Generation and member id come from each client's internals where it has no public API
+Every kind uses the range assignor, so mixed groups agree on a protocol (aiokafka's default is
+roundrobin only). Generation and member id come from each client's internals where it has no public API
 (kafka-python `_coordinator._generation`, aiokafka `_coordinator.generation/member_id`);
 librdkafka exposes the member id only.
 """
@@ -78,6 +80,7 @@ def run_confluent(args: argparse.Namespace) -> None:
 
 def run_kafka_python(args: argparse.Namespace) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
 
     consumer = KafkaConsumer(
         bootstrap_servers=args.bootstrap,
@@ -88,6 +91,7 @@ def run_kafka_python(args: argparse.Namespace) -> None:
         heartbeat_interval_ms=max(100, args.session_timeout_ms // 5),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        partition_assignment_strategy=(RangePartitionAssignor,),
     )
     emit("started", kind="kafka-python", client_id=args.client_id, group_instance_id=args.instance)
 
@@ -103,7 +107,14 @@ def run_kafka_python(args: argparse.Namespace) -> None:
 
         def on_partitions_assigned(self, assigned: Any) -> None:
             generation_id, member_id = generation()
-            emit("assigned", partitions=_tp_names(assigned), generation_id=generation_id, member_id=member_id)
+            is_leader = getattr(getattr(consumer, "_coordinator", None), "_is_leader", None)
+            emit(
+                "assigned",
+                partitions=_tp_names(assigned),
+                generation_id=generation_id,
+                member_id=member_id,
+                is_leader=is_leader,
+            )
 
     consumer.subscribe(topics=args.topics, listener=Listener())
     end = _deadline(args.run_ms)
@@ -117,6 +128,7 @@ def run_kafka_python(args: argparse.Namespace) -> None:
 
 async def _aiokafka_main(args: argparse.Namespace) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
     consumer = AIOKafkaConsumer(
         bootstrap_servers=args.bootstrap,
@@ -127,6 +139,7 @@ async def _aiokafka_main(args: argparse.Namespace) -> None:
         heartbeat_interval_ms=max(100, args.session_timeout_ms // 5),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        partition_assignment_strategy=(RangePartitionAssignor,),
     )
 
     def generation() -> tuple[int | None, str | None]:

@@ -24,6 +24,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  */
 public final class GroupConsumer {
   private static volatile boolean stopping = false;
+  private static volatile int exitCode = 0;
 
   private static String quote(String s) {
     if (s == null) return "null";
@@ -98,9 +99,9 @@ public final class GroupConsumer {
       } catch (InterruptedException e) {
         mainThread.interrupt();
       }
-      // The consumer closed cleanly: exit 0 rather than the JVM's 143 for SIGTERM.
+      // The consumer closed: exit with its own code rather than the JVM's 143 for SIGTERM.
       System.out.flush();
-      Runtime.getRuntime().halt(0);
+      Runtime.getRuntime().halt(exitCode);
     }));
     emit("started", "\"kind\": \"java\", \"client_id\": " + quote(a[6]) + ", \"group_instance_id\": " + quote(instance));
     try {
@@ -121,6 +122,7 @@ public final class GroupConsumer {
     } catch (WakeupException e) {
       // shutdown hook asked us to stop
     } catch (Throwable t) {
+      exitCode = 1;
       emit("error", "\"message\": " + quote(t.toString()));
     } finally {
       try {
@@ -130,5 +132,6 @@ public final class GroupConsumer {
         closed.countDown();
       }
     }
+    System.exit(exitCode);
   }
 }

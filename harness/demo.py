@@ -1,0 +1,277 @@
+"""`group-replay demo`: a mixed consumer group on a real broker, with one static member bounced.
+
+The group-running part, `run_group(bootstrap, ...)`, takes only a bootstrap address, so the same
+group can be pointed at a broker, at the proxy in front of one, or at the reference coordinator.
+What each member saw (per phase: generation, member id, leader where known, assignment) comes
+back as data; `render_table` turns it into the rich table the command prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from harness.clients import ClientError, ClientKind, ConsumerProcess, ConsumerSpec, start_consumer
+from harness.maven import ProgressCallback
+
+DEFAULT_PARTITIONS = 6
+DEFAULT_SESSION_TIMEOUT_MS = 6000
+DEFAULT_SETTLE_TIMEOUT_MS = 90_000
+
+
+@dataclass(frozen=True)
+class MemberPlan:
+    """One member of the demo group. `name` is its group.instance.id when `static`."""
+
+    name: str
+    kind: ClientKind
+    static: bool
+    java_client_version: str = "3.9.2"
+
+
+DEFAULT_MEMBERS: tuple[MemberPlan, ...] = (
+    MemberPlan("static-confluent", ClientKind.CONFLUENT, True),
+    MemberPlan("static-java-3.9", ClientKind.JAVA, True, "3.9.2"),
+    MemberPlan("static-kafka-python", ClientKind.KAFKA_PYTHON, True),
+    MemberPlan("dynamic-aiokafka", ClientKind.AIOKAFKA, False),
+    MemberPlan("dynamic-java-2.4", ClientKind.JAVA, False, "2.4.1"),
+)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one member reported at the end of one phase of the run."""
+
+    phase: str
+    member: str
+    kind: str
+    static: bool
+    generation_id: int | None
+    member_id: str | None
+    is_leader: bool | None
+    assignment: tuple[str, ...]
+    rebalances: int  # "assigned" callbacks this process has seen so far
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    bootstrap: str
+    group_id: str
+    topic: str
+    bounced: str | None
+    observations: tuple[Observation, ...]
+
+
+def _spec(
+    plan: MemberPlan, bootstrap: str, group_id: str, topic: str, session_timeout_ms: int
+) -> ConsumerSpec:
+    return ConsumerSpec(
+        kind=plan.kind,
+        bootstrap=bootstrap,
+        group_id=group_id,
+        topics=(topic,),
+        group_instance_id=plan.name if plan.static else None,
+        client_id=plan.name,
+        session_timeout_ms=session_timeout_ms,
+        java_client_version=plan.java_client_version,
+    )
+
+
+def _current(process: ConsumerProcess) -> tuple[str, ...] | None:
+    last = process.last_assignment()
+    return None if last is None else last.partitions
+
+
+def wait_settled(
+    members: dict[str, ConsumerProcess], partitions: set[str], timeout_ms: int, quiet_ms: int = 1500
+) -> None:
+    """Until every partition is owned by exactly one member and nothing changed for `quiet_ms`."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    stable_since: float | None = None
+    last_view: dict[str, tuple[str, ...] | None] = {}
+    while time.monotonic() < deadline:
+        for name, process in members.items():
+            if process.process.poll() is not None:
+                raise ClientError(f"member {name} exited early\n{process.describe()}")
+        view = {name: _current(p) for name, p in members.items()}
+        owned = [tp for parts in view.values() if parts for tp in parts]
+        complete = all(parts is not None for parts in view.values()) and sorted(owned) == sorted(partitions)
+        now = time.monotonic()
+        if complete and view == last_view:
+            stable_since = stable_since or now
+            if (now - stable_since) * 1000 >= quiet_ms:
+                return
+        else:
+            stable_since = None
+        last_view = view
+        time.sleep(0.2)
+    detail = "\n".join(f"  {name}: {parts}" for name, parts in last_view.items())
+    raise ClientError(f"group did not settle within {timeout_ms} ms; last view:\n{detail}")
+
+
+def _observe(
+    phase: str, plans: dict[str, MemberPlan], members: dict[str, ConsumerProcess]
+) -> list[Observation]:
+    out = []
+    for name, process in members.items():
+        last = process.last_assignment()
+        plan = plans[name]
+        out.append(
+            Observation(
+                phase=phase,
+                member=name,
+                kind=plan.kind.value
+                + (f" {plan.java_client_version}" if plan.kind is ClientKind.JAVA else ""),
+                static=plan.static,
+                generation_id=None if last is None else last.generation_id,
+                member_id=None if last is None else last.member_id,
+                is_leader=None if last is None else last.is_leader,
+                assignment=() if last is None else last.partitions,
+                rebalances=len(process.assignments()),
+            )
+        )
+    return out
+
+
+def run_group(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    *,
+    group_id: str | None = None,
+    members: Sequence[MemberPlan] = DEFAULT_MEMBERS,
+    bounce: str | None = "static-confluent",
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    settle_timeout_ms: int = DEFAULT_SETTLE_TIMEOUT_MS,
+    progress: ProgressCallback | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> GroupRun:
+    """Run the group against `bootstrap` (broker or proxy): join, settle, bounce `bounce`, settle, stop.
+
+    The topic must exist with `partitions` partitions. Every consumer process is stopped before
+    this returns, whatever happens.
+    """
+    group_id = group_id or f"demo-{int(time.time() * 1000)}"
+    plans = {plan.name: plan for plan in members}
+    if bounce is not None and (bounce not in plans or not plans[bounce].static):
+        raise ValueError(f"bounce must name a static member, got {bounce!r}")
+    wanted = {f"{topic}-{p}" for p in range(partitions)}
+    say = on_phase or (lambda _msg: None)
+    running: dict[str, ConsumerProcess] = {}
+    observations: list[Observation] = []
+    try:
+        say(f"starting {len(plans)} members")
+        for plan in members:
+            running[plan.name] = start_consumer(
+                _spec(plan, bootstrap, group_id, topic, session_timeout_ms), progress
+            )
+        say("waiting for the group to settle")
+        wait_settled(running, wanted, settle_timeout_ms)
+        observations += _observe("joined", plans, running)
+        if bounce is not None:
+            say(f"bouncing static member {bounce}")
+            running[bounce].stop()  # static: closes without LeaveGroup, so no rebalance is due
+            running[bounce] = start_consumer(
+                _spec(plans[bounce], bootstrap, group_id, topic, session_timeout_ms), progress
+            )
+            running[bounce].wait_for(
+                lambda e: e.event == "assigned" and bool(e.partitions), settle_timeout_ms
+            )
+            wait_settled(running, wanted, settle_timeout_ms)
+            observations += _observe("after bounce", plans, running)
+    finally:
+        for process in running.values():
+            process.stop()
+    return GroupRun(bootstrap, group_id, topic, bounce, tuple(observations))
+
+
+def render_table(run: GroupRun) -> object:
+    from rich.table import Table
+
+    bounced = f"; bounced {run.bounced}" if run.bounced else ""
+    table = Table(title=f"group {run.group_id} on {run.bootstrap} (topic {run.topic}{bounced})")
+    for column in (
+        "phase",
+        "member",
+        "client",
+        "static",
+        "generation",
+        "member id",
+        "leader",
+        "rebal.",
+        "assignment",
+    ):
+        table.add_column(column)
+    for obs in run.observations:
+        table.add_row(
+            obs.phase,
+            obs.member,
+            obs.kind,
+            "yes" if obs.static else "no",
+            "?" if obs.generation_id is None else str(obs.generation_id),
+            "?" if obs.member_id is None else obs.member_id[-8:],
+            "?" if obs.is_leader is None else ("yes" if obs.is_leader else "no"),
+            str(obs.rebalances),
+            ", ".join(tp.rsplit("-", 1)[1] for tp in obs.assignment) or "-",
+        )
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    from harness.admin import create_topic
+    from harness.broker import BrokerError, start_broker
+    from harness.lines import DEFAULT_KAFKA_VERSION
+    from harness.maven import MavenError
+    from harness.progress import download_progress
+
+    parser = argparse.ArgumentParser(prog="group-replay demo", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--bootstrap", default=None, help="use this broker (or proxy) instead of starting one"
+    )
+    parser.add_argument("--version", dest="kafka_version", default=DEFAULT_KAFKA_VERSION)
+    parser.add_argument("--new-coordinator", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
+    parser.add_argument("--topic", default=None)
+    parser.add_argument("--no-bounce", action="store_true")
+    parser.add_argument("--progress", choices=["on", "off"], default="on")
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    console = Console(stderr=True)
+    topic = args.topic or f"demo-{int(time.time())}"
+    broker = None
+    try:
+        with download_progress(args.progress == "on", "fetching jars") as progress:
+            if args.bootstrap is None:
+                console.print(f"starting Kafka {args.kafka_version} ...")
+                broker = start_broker(args.kafka_version, args.new_coordinator, progress=progress)
+            bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
+            create_topic(bootstrap, topic, args.partitions)
+            run = run_group(
+                bootstrap,
+                topic,
+                args.partitions,
+                bounce=None if args.no_bounce else "static-confluent",
+                progress=progress,
+                on_phase=lambda msg: console.print(f"[dim]{msg}"),
+            )
+    except ValueError as exc:
+        print(f"group-replay demo: {exc}", file=sys.stderr)
+        return 2
+    except (BrokerError, MavenError, ClientError, RuntimeError) as exc:
+        print(f"group-replay demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if broker is not None:
+            broker.stop()
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=140)  # a pipe or CI log: don't squeeze the table into 80 columns
+    out.print(render_table(run))
+    return 0
