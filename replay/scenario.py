@@ -192,7 +192,9 @@ class CountExpectation:
             return str(list(self.member_keys))
         if self.minimum == self.maximum:
             return str(self.minimum)
-        return f"{self.minimum if self.minimum is not None else ''}..{self.maximum if self.maximum is not None else ''}"
+        low = "" if self.minimum is None else str(self.minimum)
+        high = "" if self.maximum is None else str(self.maximum)
+        return f"{low}..{high}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +235,8 @@ class _Reader:
         return ScenarioError(f"{self.source}:{node.start_mark.line + 1}: {path}: {message}")
 
     def mapping(
-        self, node: yaml.Node, path: str, allowed: set[str], required: set[str] = frozenset()
-    ) -> dict[str, yaml.Node]:  # type: ignore[assignment]
+        self, node: yaml.Node, path: str, allowed: set[str], required: frozenset[str] | set[str] = frozenset()
+    ) -> dict[str, yaml.Node]:
         if not isinstance(node, yaml.MappingNode):
             raise self.fail(node, path, f"expected a mapping, got {_kind(node)}")
         out: dict[str, yaml.Node] = {}

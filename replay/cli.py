@@ -1,0 +1,293 @@
+"""`group-replay replay` and `group-replay scenarios`.
+
+    group-replay replay CAPTURE... [--scenario NAME|FILE] [--against reference|HOST:PORT|broker:VERSION]
+                        --out DIR [--speed X] [--progress on|off]
+    group-replay scenarios list | show NAME
+
+Exit codes: 0 ok, 1 an expectation failed, 2 usage or input error (bad scenario YAML, unreadable
+capture, nothing to replay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from replay.events import EventName, RebalanceEvent, write_jsonl
+from replay.scenario import ScenarioError, builtin_names, builtin_text, load_builtin, resolve_scenario
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios list | show NAME
+
+
+def scenarios_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="group-replay scenarios", description="the built-in scenario library"
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="names and one-line descriptions")
+    show = sub.add_parser("show", help="print one scenario's YAML")
+    show.add_argument("name")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.action == "list":
+        from rich.table import Table
+
+        table = Table(title="built-in scenarios")
+        table.add_column("name", style="bold")
+        table.add_column("description")
+        for name in builtin_names():
+            scenario = load_builtin(name)
+            table.add_row(name, " ".join(scenario.description.split()))
+        _console().print(table)
+        return 0
+    try:
+        text = builtin_text(args.name)
+    except ScenarioError as exc:
+        print(f"group-replay scenarios: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# replay
+
+
+def _summary_rows(events: list[RebalanceEvent]) -> dict[tuple[str, str], dict[str, Any]]:
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in events:
+        row = rows.setdefault(
+            (e.session_id, e.run),
+            {"rebalances": 0, "leaders": set(), "fenced": set(), "expired": set(), "errors": Counter()},
+        )
+        match e.event:
+            case EventName.REBALANCE_STARTED:
+                row["rebalances"] += 1
+            case EventName.MEMBER_FENCED:
+                row["fenced"].add(e.member_key)
+            case EventName.MEMBER_EXPIRED:
+                row["expired"].add(e.member_key)
+        if e.event == EventName.MEMBER_JOINED and e.is_leader:
+            row["leaders"].add(e.member_key)
+        if e.error_code:
+            row["errors"][e.error_code] += 1
+    return rows
+
+
+def _print_summary(events: list[RebalanceEvent], results: list[tuple[str, Any]], scenario_name: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"replay summary - scenario {scenario_name}")
+    for column in (
+        "session",
+        "run",
+        "rebalances",
+        "leaders",
+        "fenced",
+        "expired",
+        "errors",
+        "rpcs",
+        "expectations",
+    ):
+        table.add_column(column, overflow="fold")
+    by_run = {(session, result.run): result for session, result in results}
+    for (session, run), row in sorted(_summary_rows(events).items()):
+        result = by_run.get((session, run))
+        verdict = ""
+        if result is not None:
+            verdict = (
+                "[green]pass[/]" if not result.failures else "[red]FAIL[/]: " + "; ".join(result.failures)
+            )
+        table.add_row(
+            session,
+            run,
+            str(row["rebalances"]),
+            ", ".join(sorted(row["leaders"])),
+            ", ".join(sorted(row["fenced"])) or "-",
+            ", ".join(sorted(row["expired"])) or "-",
+            ", ".join(f"{code}x{count}" for code, count in sorted(row["errors"].items())) or "-",
+            str(result.rpcs) if result is not None else "-",
+            verdict or "-",
+        )
+    _console().print(table)
+
+
+def _write_parquet(events: list[RebalanceEvent], path: Path) -> bool:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return False
+    schema = pa.schema(
+        [
+            ("session_id", pa.string()),
+            ("scenario", pa.string()),
+            ("run", pa.string()),
+            ("group_id", pa.string()),
+            ("seq", pa.int32()),
+            ("ts_ms", pa.int64()),
+            ("event", pa.string()),
+            ("generation_id", pa.int32()),
+            ("member_key", pa.string()),
+            ("member_id", pa.string()),
+            ("group_instance_id", pa.string()),
+            ("protocol_name", pa.string()),
+            ("is_leader", pa.bool_()),
+            ("skip_assignment", pa.bool_()),
+            ("join_api_version", pa.int32()),
+            ("error_code", pa.int32()),
+            ("assignment", pa.list_(pa.string())),
+        ]
+    )
+    rows = [e.to_json_dict() for e in events]
+    table = pa.Table.from_pylist(rows, schema=schema)
+    pq.write_table(table, path)
+    return True
+
+
+def _parse_against(value: str) -> tuple[str, str | None]:
+    """('reference', None) | ('address', 'HOST:PORT') | ('broker', VERSION)."""
+    if value == "reference":
+        return "reference", None
+    if value.startswith("broker:"):
+        version = value.split(":", 1)[1]
+        if not version:
+            raise ValueError("broker:VERSION needs a version, e.g. broker:3.9.2")
+        return "broker", version
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--against {value!r}: expected reference, HOST:PORT or broker:VERSION")
+    return "address", value
+
+
+def replay_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="group-replay replay",
+        description="replay captured consumer groups against the reference coordinator or a live broker",
+    )
+    parser.add_argument(
+        "captures", nargs="+", type=Path, metavar="CAPTURE", help="pcapng captures from the proxy"
+    )
+    parser.add_argument("--scenario", default="as-recorded", help="built-in scenario name or YAML file")
+    parser.add_argument("--against", default="reference", help="reference | HOST:PORT | broker:VERSION")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="directory for events.jsonl (+ events.parquet)"
+    )
+    parser.add_argument(
+        "--speed", type=float, default=1.0, help="time scale for live runs (2 = twice as fast)"
+    )
+    parser.add_argument("--progress", choices=("on", "off"), default="on")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    err = _console(stderr=True)
+    try:
+        scenario = resolve_scenario(args.scenario)
+        target, target_arg = _parse_against(args.against)
+        if args.speed <= 0:
+            raise ValueError("--speed must be > 0")
+    except (ScenarioError, ValueError) as exc:
+        err.print(f"group-replay replay: {exc}")
+        return 2
+
+    from proxy.capture.reader import CaptureFormatError, read_capture
+    from replay.engine import ReplayInputError, build_plan, recorded_events, replay_reference
+
+    plans = []
+    for path in args.captures:
+        try:
+            capture = read_capture(path)
+            plan = build_plan(capture, path.stem)
+        except FileNotFoundError:
+            err.print(f"group-replay replay: {path}: no such file")
+            return 2
+        except (CaptureFormatError, ReplayInputError, OSError) as exc:
+            err.print(f"group-replay replay: {path}: {exc}")
+            return 2
+        if capture.damage:
+            err.print(f"[yellow]{path}: capture damaged ({capture.damage}); replaying what was read[/]")
+        plans.append(plan)
+
+    events: list[RebalanceEvent] = []
+    results: list[tuple[str, Any]] = []
+    progress_on = args.progress == "on"
+    for plan in plans:
+        events.extend(recorded_events(plan, scenario.name))
+        try:
+            if target == "reference":
+                result = _with_progress(
+                    progress_on,
+                    f"{plan.session_id} reference",
+                    lambda cb, p=plan: replay_reference(p, scenario, progress=cb),
+                )
+            else:
+                from replay.live import replay_live
+
+                result = replay_live(
+                    plan,
+                    scenario,
+                    target=target,
+                    target_arg=target_arg,
+                    speed=args.speed,
+                    progress_on=progress_on,
+                )
+        except (ValueError, OSError) as exc:
+            err.print(f"group-replay replay: {plan.session_id}: {exc}")
+            return 2
+        events.extend(result.events)
+        results.append((plan.session_id, result))
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    with (args.out / "events.jsonl").open("w", encoding="utf-8") as handle:
+        write_jsonl(events, handle)
+    wrote_parquet = _write_parquet(events, args.out / "events.parquet")
+    _print_summary(events, results, scenario.name)
+    _console().print(
+        f"wrote {len(events)} events to {args.out / 'events.jsonl'}"
+        + (" and events.parquet" if wrote_parquet else "")
+    )
+    failed = [(session, r) for session, r in results if r.failures]
+    for session, r in failed:
+        for failure in r.failures:
+            err.print(f"[red]{session} {r.run}: expectation failed: {failure}[/]")
+    return 1 if failed else 0
+
+
+def _with_progress(enabled: bool, label: str, work: Any) -> Any:
+    if not enabled:
+        return work(None)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[sim]}"),
+        TimeElapsedColumn(),
+        console=_console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task(label, total=1, sim="")
+
+        def report(now_ms: int, end_ms: int) -> None:
+            progress.update(
+                task, total=max(end_ms, 1), completed=now_ms, sim=f"{now_ms / 1000:.0f}s simulated"
+            )
+
+        return work(report)
+
+
+__all__ = ["replay_main", "scenarios_main"]

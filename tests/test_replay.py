@@ -1,0 +1,152 @@
+"""Replay: a capture written through the proxy's writer, replayed against the reference coordinator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from group_replay import main as group_replay
+from proxy.capture.reader import read_capture
+from replay.engine import build_plan, recorded_events, replay_reference, synthesize_capture
+from replay.events import read_jsonl
+from replay.scenario import builtin_names, load_builtin, parse_scenario
+
+
+@pytest.fixture(scope="module")
+def dynamic_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("captures") / "dynamic-group.pcapng"
+    synthesize_capture(path, members=3, static=False, duration_ms=60_000)
+    return path
+
+
+@pytest.fixture(scope="module")
+def static_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("captures") / "static-group.pcapng"
+    synthesize_capture(path, members=4, static=True, join_api_version=5, duration_ms=60_000)
+    return path
+
+
+def test_plan_reconstructs_members_from_the_capture(dynamic_capture: Path, static_capture: Path) -> None:
+    plan = build_plan(read_capture(dynamic_capture), "dyn")
+    assert [s.member_key for s in plan.scripts] == ["consumer-0#0", "consumer-1#0", "consumer-2#0"]
+    assert all(s.api_versions[11] == 9 and s.heartbeat_interval_ms == 3000 for s in plan.scripts)
+    assert plan.partitions["replay-group"][0] == {"orders": tuple(range(6))}
+    static = build_plan(read_capture(static_capture), "static")
+    assert [s.member_key for s in static.scripts] == [f"consumer-{i}" for i in range(4)]
+    assert {s.api_versions[11] for s in static.scripts} == {5}
+
+
+def test_recorded_run_comes_from_the_observer(dynamic_capture: Path) -> None:
+    events = recorded_events(build_plan(read_capture(dynamic_capture), "dyn"))
+    assert {e.run for e in events} == {"recorded"}
+    assert sum(e.event == "rebalance_started" for e in events) == 1
+    assert sum(e.event == "generation_completed" for e in events) == 3
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_every_builtin_scenario_meets_its_expectations_on_the_reference(
+    name: str, dynamic_capture: Path
+) -> None:
+    result = replay_reference(build_plan(read_capture(dynamic_capture), "dyn"), load_builtin(name))
+    assert result.failures == ()
+    assert result.events and {e.run for e in result.events} == {"reference"}
+    assert {e.scenario for e in result.events} == {name}
+
+
+def test_reference_replay_is_deterministic(static_capture: Path) -> None:
+    plan = build_plan(read_capture(static_capture), "static")
+    scenario = load_builtin("client-joingroup-v5-to-v9-upgrade")
+    first = replay_reference(plan, scenario)
+    second = replay_reference(plan, scenario)
+    assert first.events == second.events
+
+
+def test_leader_rejoin_keeps_or_loses_skip_assignment(static_capture: Path) -> None:
+    plan = build_plan(read_capture(static_capture), "static")
+    up = replay_reference(plan, load_builtin("client-joingroup-v5-to-v9-upgrade"))
+    leader_rejoins = [
+        e for e in up.events if e.event == "member_joined" and e.is_leader and e.skip_assignment
+    ]
+    assert leader_rejoins and leader_rejoins[-1].join_api_version == 9
+    down = replay_reference(plan, load_builtin("client-joingroup-v9-to-v5-downgrade"))
+    assert not any(e.skip_assignment for e in down.events if e.join_api_version == 5)
+    assert sum(e.event == "rebalance_started" for e in down.events) == 1  # the initial formation only
+
+
+def test_a_wrong_expectation_fails_for_the_right_reason(dynamic_capture: Path) -> None:
+    scenario = parse_scenario(
+        """
+name: dynamic-bounce-without-rebalances
+description: wrong on purpose - dynamic members rebalance when they bounce
+rolling: {start_ms: 10000, interval_ms: 15000, downtime_ms: 2000}
+expect:
+  rebalances: 0
+  leader_skips_assignment: true
+""",
+        "wrong.yaml",
+    )
+    result = replay_reference(build_plan(read_capture(dynamic_capture), "dyn"), scenario)
+    assert len(result.failures) == 2
+    assert result.failures[0].startswith("rebalances: expected at most 0, saw ")
+    assert result.failures[1] == "leader_skips_assignment: expected true, saw false"
+
+
+def test_injected_error_fault_makes_the_member_rejoin(dynamic_capture: Path) -> None:
+    scenario = parse_scenario(
+        """
+name: heartbeat-unknown-member
+description: the coordinator forgets member 1 once
+faults:
+  - {match: {ordinal: 1}, api: Heartbeat, kind: error, error_code: 25, at_ms: 5000}
+expect:
+  errors: [25]
+  rebalances: {min: 2}
+""",
+        "fault.yaml",
+    )
+    result = replay_reference(build_plan(read_capture(dynamic_capture), "dyn"), scenario)
+    assert result.failures == ()
+    failed = [e for e in result.events if e.error_code == 25]
+    assert [e.member_key for e in failed] == ["consumer-1#0"]
+
+
+def test_cli_writes_events_and_exits_by_expectations(dynamic_capture: Path, tmp_path: Path) -> None:
+    out = tmp_path / "events"
+    code = group_replay(
+        [
+            "replay",
+            str(dynamic_capture),
+            "--scenario",
+            "mixed-static-dynamic-group",
+            "--out",
+            str(out),
+            "--progress",
+            "off",
+        ]
+    )
+    assert code == 0
+    rows = list(read_jsonl(out / "events.jsonl"))
+    assert {r.run for r in rows} == {"recorded", "reference"}
+    assert {r.scenario for r in rows} == {"mixed-static-dynamic-group"}
+    assert (out / "events.parquet").exists()
+
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(
+        "name: wrong\ndescription: d\nrolling: {start_ms: 1000}\nexpect: {rebalances: 0}\n", encoding="utf-8"
+    )
+    assert (
+        group_replay(
+            ["replay", str(dynamic_capture), "--scenario", str(wrong), "--out", str(out), "--progress", "off"]
+        )
+        == 1
+    )
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ndescription: d\nrolling: {order: sideways}\n", encoding="utf-8")
+    assert group_replay(["replay", str(dynamic_capture), "--scenario", str(bad), "--out", str(out)]) == 2
+    not_capture = tmp_path / "not.pcapng"
+    not_capture.write_bytes(json.dumps({"x": 1}).encode())
+    assert group_replay(["replay", str(not_capture), "--out", str(out)]) == 2
+    assert group_replay(["replay", str(tmp_path / "missing.pcapng"), "--out", str(out)]) == 2
