@@ -1,0 +1,164 @@
+"""`group-replay capture show|export FILE`: look at a capture without Wireshark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from proxy.capture.reader import Capture, CaptureFormatError, Exchange, exchanges, read_capture
+from proxy.wire import (
+    GROUP_API_KEYS,
+    CodecError,
+    FrameError,
+    api_name,
+    decode_request,
+    decode_response,
+    request_fields,
+    response_fields,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="group-replay capture", description=__doc__)
+    sub = parser.add_subparsers(dest="action", required=True)
+    show = sub.add_parser("show", help="table of RPCs per connection")
+    show.add_argument("file")
+    show.add_argument("--format", choices=["table", "jsonl"], default="table")
+    show.add_argument("--all", action="store_true", help="every API, not only the group APIs")
+    show.add_argument("--leg", choices=["client", "upstream"], default="client")
+    export = sub.add_parser("export", help="one JSON object per RPC")
+    export.add_argument("file")
+    export.add_argument("--format", choices=["jsonl", "table"], default="jsonl")
+    export.add_argument("--all", action="store_true", default=True, help=argparse.SUPPRESS)
+    export.add_argument("--leg", choices=["client", "upstream"], default="client")
+    return parser
+
+
+def rpc_rows(capture: Capture, leg: str = "client", group_only: bool = False) -> list[dict[str, Any]]:
+    """One row per request/response exchange, with group fields decoded through proxy.wire."""
+    start = min((f.ts_ns for f in capture.frames), default=0)
+    rows: list[dict[str, Any]] = []
+    for exchange in exchanges(capture, leg):
+        request = exchange.request
+        if group_only and request.api_key not in GROUP_API_KEYS:
+            continue
+        row: dict[str, Any] = {
+            "conn": request.conn,
+            "t_ms": round((request.ts_ns - start) / 1e6, 3),
+            "ts_ns": request.ts_ns,
+            "client_id": request.client_id,
+            "api": api_name(request.api_key),
+            "api_key": request.api_key,
+            "api_version": request.api_version,
+            "correlation_id": request.correlation_id,
+            "group_id": request.group_id,
+            "member_id": None,
+            "group_instance_id": None,
+            "generation_id": None,
+            "error_code": None,
+            "rewritten": request.rewritten or bool(exchange.response and exchange.response.rewritten),
+            "answered": exchange.response is not None,
+        }
+        if request.api_key in GROUP_API_KEYS:
+            _add_group_fields(exchange, row)
+        rows.append(row)
+    return rows
+
+
+def _add_group_fields(exchange: Exchange, row: dict[str, Any]) -> None:
+    api_key = exchange.request.api_key
+    try:
+        _, request = decode_request(exchange.request.payload)
+    except (CodecError, FrameError) as exc:
+        row["decode_error"] = f"request: {exc}"
+        return
+    fields = request_fields(api_key, request)
+    row["member_id"] = fields.member_id
+    row["group_instance_id"] = fields.group_instance_id
+    row["generation_id"] = fields.generation_id
+    if exchange.response is None:
+        return
+    try:
+        _, response = decode_response(exchange.response.payload, api_key, exchange.response.api_version)
+    except (CodecError, FrameError) as exc:
+        row["decode_error"] = f"response: {exc}"
+        return
+    answer = response_fields(api_key, response)
+    row["error_code"] = answer.error_code
+    row["member_id"] = row["member_id"] or answer.member_id
+    if answer.generation_id is not None:
+        row["generation_id"] = answer.generation_id
+
+
+def _table(capture: Capture, rows: list[dict[str, Any]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=title)
+    for column in (
+        "conn",
+        "t (ms)",
+        "client",
+        "API",
+        "v",
+        "group",
+        "member id",
+        "instance id",
+        "gen",
+        "error",
+    ):
+        table.add_column(column, overflow="fold")
+    previous = None
+    for row in rows:
+        if previous is not None and row["conn"] != previous:
+            table.add_section()
+        previous = row["conn"]
+        error = row["error_code"]
+        table.add_row(
+            str(row["conn"]),
+            f"{row['t_ms']:.1f}",
+            row["client_id"] or "",
+            row["api"] + (" *" if row["rewritten"] else ""),
+            str(row["api_version"]),
+            row["group_id"] or "",
+            row["member_id"] or "",
+            row["group_instance_id"] or "",
+            "" if row["generation_id"] is None else str(row["generation_id"]),
+            ("" if error is None else ("-" if error == 0 else f"[red]{error}[/red]"))
+            + ("" if row["answered"] else " (no response)")
+            + (" [yellow]undecodable[/yellow]" if "decode_error" in row else ""),
+        )
+    console.print(table)
+    if capture.damage:
+        console.print(f"[yellow]capture damaged: {capture.damage}; shown up to the damage[/yellow]")
+
+
+def show(path: str, *, leg: str = "client", group_only: bool = True, fmt: str = "table") -> int:
+    try:
+        capture = read_capture(path)
+    except (OSError, CaptureFormatError) as exc:
+        print(f"group-replay capture: {exc}", file=sys.stderr)
+        return 2
+    rows = rpc_rows(capture, leg, group_only)
+    if fmt == "jsonl":
+        for row in rows:
+            sys.stdout.write(json.dumps(row, separators=(",", ":")) + "\n")
+        if capture.damage:
+            print(f"group-replay capture: damaged capture read up to: {capture.damage}", file=sys.stderr)
+    else:
+        header = capture.header
+        title = f"{path}: upstream {header.get('upstream')}, policy {header.get('policy')}, {leg} leg"
+        _table(capture, rows, title)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) and 2
+    group_only = not args.all if args.action == "show" else False
+    return show(args.file, leg=args.leg, group_only=group_only, fmt=args.format)

@@ -1,0 +1,43 @@
+"""`group-replay capture show|export`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from group_replay import main
+from tests.test_capture import _write
+
+
+def test_show_and_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "220")
+    path = tmp_path / "c.pcapng"
+    _write(path)
+    assert main(["capture", "show", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "JoinGroup" in table and "inst-1" in table and "Heartbeat" in table
+    assert "Produce" not in table  # group APIs only unless --all
+    assert main(["capture", "export", str(path), "--format", "jsonl"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["api"] for row in rows] == ["JoinGroup", "Produce", "Heartbeat", "SaslAuthenticate"]
+    assert rows[0]["group_instance_id"] == "inst-1" and rows[0]["api_version"] == 5
+    assert rows[0]["answered"] and not rows[2]["answered"]
+
+
+def test_bad_and_damaged_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["capture", "show", str(tmp_path / "missing.pcapng")]) == 2
+    junk = tmp_path / "junk.pcapng"
+    junk.write_bytes(b"junk" * 10)
+    assert main(["capture", "show", str(junk)]) == 2
+    path = tmp_path / "c.pcapng"
+    _write(path)
+    cut = tmp_path / "cut.pcapng"
+    cut.write_bytes(path.read_bytes()[:-100])
+    capsys.readouterr()
+    assert main(["capture", "show", str(cut)]) == 0
+    assert "capture damaged" in capsys.readouterr().out
+    assert main(["capture", "frobnicate", str(cut)]) == 2
