@@ -54,7 +54,7 @@ def _join_response(api_version: int) -> object:
 def _through(
     session: ProxySession, request: object, client_id: str, response_at: int
 ) -> tuple[object, object, list[Record]]:
-    """Send a request through the session, answer it upstream at `response_at`; (upstream req, client resp, records)."""
+    """Send a request through the session and answer it upstream in `response_at`."""
     out = session.client_data(encode_request(request, 5, client_id), now_ns=1)
     [upstream] = [c.data for c in out if isinstance(c, SendUpstream)]
     _, upstream_request = decode_request(upstream[4:])
@@ -92,7 +92,8 @@ def test_lossy_reencode_is_refused_unless_the_field_may_drop() -> None:
 
 def test_membership_add_lifts_an_old_client_to_a_version_with_instance_ids() -> None:
     policy = parse_policy(
-        "membership:\n  - match: {client_id: 'svc-*'}\n    action: add\n    instance_id: '{client_id}-static'\n",
+        "membership:\n  - match: {client_id: 'svc-*'}\n    action: add\n"
+        "    instance_id: '{client_id}-static'\n",
         "m.yaml",
     )
     upstream, response, _ = _through(ProxySession(1, policy=policy), _join(4), "svc-7", 5)
