@@ -1,0 +1,104 @@
+"""`group-replay validate`: diff expected vs observed rebalances with Spark and report.
+
+Exit codes: 0 no differences beyond noise, 1 differences found, 2 usage or input error (also when
+Java is missing, or when more rows are bad than `--max-bad-rows` allows; the tables and the report
+are still written then, so the bad rows can be inspected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from validator.session import java_problem
+
+EXIT_OK, EXIT_DIFFERENCES, EXIT_INPUT = 0, 1, 2
+
+
+def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Diff expected vs observed rebalances (events from `group-replay replay`) and write "
+        "a compatibility report. Runs `X~2`, `X~3` ... are repeats of run `X`; differences between them "
+        "are noise and do not fail the comparison.",
+    )
+    parser.add_argument(
+        "events",
+        nargs="+",
+        type=Path,
+        metavar="EVENTS_DIR",
+        help="event files or directories (JSON Lines / Parquet)",
+    )
+    parser.add_argument(
+        "--expected",
+        default="reference",
+        metavar="RUN",
+        help="the run every other run is compared against: reference (default) or recorded",
+    )
+    parser.add_argument("--report", type=Path, help="write the self-contained HTML report here")
+    parser.add_argument("--out", type=Path, help="write the Parquet tables under this directory")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument(
+        "--progress", choices=("on", "off"), default="on", help="show job stages (default on)"
+    )
+    parser.add_argument(
+        "--max-bad-rows",
+        type=int,
+        default=0,
+        metavar="N",
+        help="unusable input rows tolerated before exiting 2 (default 0; they are always counted)",
+    )
+    return parser
+
+
+def run(argv: list[str], *, master_from_submit: bool = False) -> int:
+    """The command; `master_from_submit` leaves the master to `spark-submit` (spark_main.py)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    console = Console(stderr=True)
+    problem = java_problem()
+    if problem is not None:
+        console.print(f"[bold red]group-replay validate:[/] {problem}")
+        return EXIT_INPUT
+    from validator.jobs import InputError, ValidateOptions, run_validate
+    from validator.report.html import render_html
+    from validator.report.terminal import StageProgress, print_summary
+    from validator.session import build_session
+
+    options = ValidateOptions(
+        inputs=tuple(args.events),
+        expected_run=args.expected,
+        out_dir=args.out,
+        max_bad_rows=args.max_bad_rows,
+    )
+    out = Console()
+    with StageProgress(console, enabled=args.progress == "on") as progress:
+        with progress.stage("start Spark"):
+            spark = build_session(None if master_from_submit else args.master)
+        try:
+            data = run_validate(spark, options, progress.stage)
+        except InputError as exc:
+            console.print(f"[bold red]group-replay validate:[/] {exc}")
+            return EXIT_INPUT
+        if args.report is not None:
+            with progress.stage(f"write report {args.report}"):
+                args.report.parent.mkdir(parents=True, exist_ok=True)
+                args.report.write_text(render_html(data), encoding="utf-8")
+    print_summary(out, data)
+    if data.rows_bad > args.max_bad_rows:
+        console.print(
+            f"[bold red]{data.rows_bad} bad input rows[/] (more than --max-bad-rows {args.max_bad_rows}); "
+            "see the bad rows table"
+        )
+        return EXIT_INPUT
+    return EXIT_DIFFERENCES if data.failing else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(list(sys.argv[1:] if argv is None else argv))

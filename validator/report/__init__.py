@@ -1,0 +1,1 @@
+"""Terminal tables (rich) and the self-contained HTML report (hand-written SVG plots)."""

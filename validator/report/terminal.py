@@ -1,0 +1,124 @@
+"""Rich progress for the job stages and the terminal summary tables."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from validator.jobs import ReportData
+from validator.report.html import run_sort_key
+
+STATUS_STYLE = {"pass": "green", "differs": "yellow", "failed": "bold red"}
+
+
+class StageProgress:
+    """One rich progress line per job stage (spinner while Spark works, elapsed time when done).
+
+    With `enabled=False` (`--progress off`, CI) it prints nothing.
+    """
+
+    def __init__(self, console: Console, *, enabled: bool) -> None:
+        self._enabled = enabled
+        self._progress = Progress(
+            SpinnerColumn(finished_text="[green]✓"),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self.timings: list[tuple[str, float]] = []
+
+    def __enter__(self) -> StageProgress:
+        if self._enabled:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._enabled:
+            self._progress.stop()
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        task = self._progress.add_task(name, total=1) if self._enabled else None
+        try:
+            yield
+        finally:
+            self.timings.append((name, time.perf_counter() - started))
+            if task is not None:
+                self._progress.update(task, completed=1)
+
+
+def print_summary(console: Console, data: ReportData) -> None:
+    """Inputs, bad rows, the compatibility matrix and the worst comparisons."""
+    head = Table(title="group-replay validate", show_header=False, title_justify="left")
+    head.add_row("expected run", data.expected_run)
+    head.add_row("runs", ", ".join(data.runs))
+    head.add_row("event rows", f"{data.rows_total:,}")
+    head.add_row("bad rows", f"[red]{data.rows_bad:,}[/red]" if data.rows_bad else "0")
+    statuses = ", ".join(
+        f"[{STATUS_STYLE[s]}]{s} {data.status_counts.get(s, 0)}[/]" for s in ("pass", "differs", "failed")
+    )
+    head.add_row("comparisons", f"{data.comparisons} ({statuses})")
+    head.add_row("differences", f"{data.diffs_total:,} (+{data.noise_total:,} labelled noise)")
+    if data.tables_written:
+        head.add_row("parquet tables", ", ".join(data.tables_written))
+    console.print(head)
+
+    if data.bad_by_reason:
+        bad = Table(title="bad rows (not used, see bad_rows table)", title_justify="left")
+        bad.add_column("reason")
+        bad.add_column("rows", justify="right")
+        for reason, count in sorted(data.bad_by_reason.items(), key=lambda kv: -kv[1]):
+            bad.add_row(reason, f"{count:,}")
+        console.print(bad)
+
+    console.print(matrix_table(data))
+
+    failing = [w for w in data.worst if w["status"] != "pass"]
+    if failing:
+        worst = Table(title=f"worst comparisons (top {len(failing)})", title_justify="left")
+        worst.add_column("session/group", no_wrap=True)
+        for column in ("observed", "status", "diffs", "first gen", "Δ rebal", "worst"):
+            worst.add_column(column)
+        for w in failing:
+            delta = w["rebalance_count_delta"]
+            worst.add_row(
+                f"{w['session_id']}/{w['group_id']}",
+                w["observed_run"],
+                f"[{STATUS_STYLE[w['status']]}]{w['status']}[/]",
+                str(w["diffs"]),
+                "" if w["first_divergent_ordinal"] is None else f"#{w['first_divergent_ordinal']}",
+                "" if delta is None else f"{delta:+d}",
+                w["worst_aspect"] or "",
+            )
+        console.print(worst)
+
+
+def matrix_table(data: ReportData) -> Table:
+    """scenario x client rows, one column per observed run, cells `pass/differs/failed`."""
+    runs = sorted({c["observed_run"] for c in data.matrix}, key=run_sort_key)
+    cells = {(c["scenario"], c["client"], c["observed_run"]): c for c in data.matrix}
+    table = Table(
+        title="compatibility matrix (sessions pass/differs/failed)", title_justify="left", show_lines=False
+    )
+    table.add_column("scenario")
+    table.add_column("client")
+    for run in runs:
+        table.add_column(run, justify="center", no_wrap=True)
+    for scenario, client in sorted({(c["scenario"], c["client"]) for c in data.matrix}):
+        row = [scenario, client]
+        for run in runs:
+            cell = cells.get((scenario, client, run))
+            if cell is None:
+                row.append("")
+                continue
+            style = "bold red" if cell["failed"] else ("yellow" if cell["differs"] else "green")
+            row.append(f"[{style}]{cell['passed']}/{cell['differs']}/{cell['failed']}[/]")
+        table.add_row(*row)
+    return table

@@ -1,0 +1,184 @@
+"""Explicit Spark schemas: the events contract (design section 4) and the validator's output tables.
+
+Schemas are never inferred: an inferred schema silently turns a typo into a new column and a
+number into a string. The event columns mirror `replay.events.EVENT_COLUMNS` in name, order and
+type; `tests/test_validator_schemas.py` keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from replay.events import EventName
+
+CORRUPT_RECORD_COLUMN = "_corrupt_record"
+"""Where Spark's PERMISSIVE JSON reader keeps a line it could not parse against the schema."""
+
+EVENT_NAMES: tuple[str, ...] = tuple(name.value for name in EventName)
+
+# The contract columns, in order, with the contract's nullability (`?` in design section 4).
+CONTRACT_EVENT_FIELDS: tuple[StructField, ...] = (
+    StructField("session_id", StringType(), False),
+    StructField("scenario", StringType(), False),
+    StructField("run", StringType(), False),
+    StructField("group_id", StringType(), False),
+    StructField("seq", IntegerType(), False),
+    StructField("ts_ms", LongType(), False),
+    StructField("event", StringType(), False),
+    StructField("generation_id", IntegerType(), False),
+    StructField("member_key", StringType(), False),
+    StructField("member_id", StringType(), False),
+    StructField("group_instance_id", StringType(), True),
+    StructField("protocol_name", StringType(), True),
+    StructField("is_leader", BooleanType(), False),
+    StructField("skip_assignment", BooleanType(), True),
+    StructField("join_api_version", IntegerType(), False),
+    StructField("error_code", IntegerType(), False),
+    StructField("assignment", ArrayType(StringType(), True), True),
+)
+
+# Optional extension columns: nullable, absent from older files (read as null).
+# `client_software` is the member's client as it named itself in ApiVersions v3+
+# (ClientSoftwareName/ClientSoftwareVersion, e.g. "librdkafka/2.6.1"); the compatibility matrix uses
+# it as the client dimension and falls back to the JoinGroup versions when it is null.
+OPTIONAL_EVENT_FIELDS: tuple[StructField, ...] = (StructField("client_software", StringType(), True),)
+
+EVENT_SCHEMA = StructType([*CONTRACT_EVENT_FIELDS, *OPTIONAL_EVENT_FIELDS])
+"""The events table as the contract describes it (nullability as documented)."""
+
+REQUIRED_EVENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in CONTRACT_EVENT_FIELDS if not f.nullable)
+
+# File sources read every column as nullable; a null in a required column is a bad row we count.
+READ_SCHEMA = StructType([StructField(f.name, f.dataType, True) for f in EVENT_SCHEMA.fields])
+JSON_READ_SCHEMA = StructType([*READ_SCHEMA.fields, StructField(CORRUPT_RECORD_COLUMN, StringType(), True)])
+
+RUN_KEY: tuple[str, ...] = ("session_id", "scenario", "run", "group_id")
+GROUP_KEY: tuple[str, ...] = ("session_id", "scenario", "group_id")
+
+# ---- output tables -------------------------------------------------------------------------------
+
+OBSERVED_REBALANCES_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("run", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("ordinal", IntegerType(), True),
+        StructField("generation_id", IntegerType(), True),
+        StructField("ts_ms", LongType(), True),
+        StructField("leader", StringType(), True),
+        StructField("members", LongType(), True),
+        StructField("protocol_name", StringType(), True),
+    ]
+)
+"""One row per completed generation; `ordinal` counts completed generations 1, 2, ... per run."""
+
+RUN_SUMMARY_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("run", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("rebalance_count", IntegerType(), True),
+        StructField("rebalances_started", LongType(), True),
+        StructField("members", LongType(), True),
+        StructField("fenced", ArrayType(StringType(), True), True),
+        StructField("expired", ArrayType(StringType(), True), True),
+        StructField("left", ArrayType(StringType(), True), True),
+        StructField("error_codes", ArrayType(IntegerType(), True), True),
+        StructField("last_ts_ms", LongType(), True),
+    ]
+)
+
+FACTS_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("run", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("aspect", StringType(), True),
+        StructField("subject", StringType(), True),
+        StructField("ordinal", IntegerType(), True),
+        StructField("value", StringType(), True),
+    ]
+)
+"""What must not drift, one comparable fact per row. `ordinal` 0 means "the whole run"."""
+
+PAIRS_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("expected_run", StringType(), True),
+        StructField("observed_run", StringType(), True),
+        StructField("role", StringType(), True),
+    ]
+)
+
+REBALANCE_DIFF_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("expected_run", StringType(), True),
+        StructField("observed_run", StringType(), True),
+        StructField("aspect", StringType(), True),
+        StructField("subject", StringType(), True),
+        StructField("ordinal", IntegerType(), True),
+        StructField("expected_value", StringType(), True),
+        StructField("observed_value", StringType(), True),
+        StructField("change", StringType(), True),
+        StructField("severity", IntegerType(), True),
+        StructField("is_noise", BooleanType(), True),
+    ]
+)
+
+SESSION_VERDICT_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("expected_run", StringType(), True),
+        StructField("observed_run", StringType(), True),
+        StructField("status", StringType(), True),
+        StructField("diffs", LongType(), True),
+        StructField("noise_diffs", LongType(), True),
+        StructField("expected_rebalances", IntegerType(), True),
+        StructField("observed_rebalances", IntegerType(), True),
+        StructField("rebalance_count_delta", IntegerType(), True),
+        StructField("first_divergent_ordinal", IntegerType(), True),
+        StructField("members_changed", ArrayType(StringType(), True), True),
+        StructField("unexpected_fenced", ArrayType(StringType(), True), True),
+        StructField("unexpected_expired", ArrayType(StringType(), True), True),
+        StructField("error_changes", ArrayType(StringType(), True), True),
+        StructField("worst_severity", IntegerType(), True),
+        StructField("worst_aspect", StringType(), True),
+    ]
+)
+
+COMPATIBILITY_MATRIX_SCHEMA = StructType(
+    [
+        StructField("scenario", StringType(), True),
+        StructField("client", StringType(), True),
+        StructField("observed_run", StringType(), True),
+        StructField("broker_version", StringType(), True),
+        StructField("sessions", LongType(), True),
+        StructField("passed", LongType(), True),
+        StructField("differs", LongType(), True),
+        StructField("failed", LongType(), True),
+        StructField("diffs", LongType(), True),
+        StructField("noise_diffs", LongType(), True),
+        StructField("worst_severity", IntegerType(), True),
+        StructField("worst_aspect", StringType(), True),
+        StructField("worst_session", StringType(), True),
+        StructField("worst_group", StringType(), True),
+    ]
+)
