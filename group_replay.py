@@ -19,9 +19,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "start, stop or inspect a real Kafka broker built from Maven jars",
     ),
     "demo": (
-        "harness.demo",
+        "proxy.demo",
         "main",
-        "run a demo consumer group (static and dynamic members) on a real broker",
+        "record a demo consumer group (static and dynamic members) through the proxy; show the capture",
     ),
     "proxy": ("proxy.cli", "main", "transparent Kafka proxy that records group traffic and can rewrite it"),
     "capture": ("proxy.capture.cli", "main", "show or export a pcapng capture recorded by the proxy"),

@@ -328,3 +328,47 @@ async def serve(config: ProxyConfig, recorder: Any | None = None) -> None:
         await asyncio.Event().wait()
     finally:
         await server.close()
+
+
+class BackgroundProxy:
+    """A proxy on its own event loop in a daemon thread (demo, benchmarks, tests); `stop()` ends it."""
+
+    def __init__(self, config: ProxyConfig, recorder: Any | None = None) -> None:
+        import concurrent.futures
+        import threading
+
+        self.config = config
+        self.recorder = recorder
+        self._loop = asyncio.new_event_loop()
+        self._started: concurrent.futures.Future[tuple[str, int]] = concurrent.futures.Future()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="proxy", daemon=True)
+        self._thread.start()
+        host, port = self._started.result(timeout=30)
+        self.bootstrap = f"{host}:{port}"
+
+    def _run(self) -> None:
+        async def main() -> None:
+            server = ProxyServer(self.config, self.recorder)
+            self._stop = asyncio.Event()
+            try:
+                address = await server.start()
+            except BaseException as exc:
+                self._started.set_exception(exc)
+                return
+            self._started.set_result(address)
+            try:
+                await self._stop.wait()
+            finally:
+                await server.close()
+
+        self._loop.run_until_complete(main())
+        self._loop.close()
+
+    def stop(self) -> None:
+        if self._thread.is_alive() and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+        if self.recorder is not None:
+            self.recorder.close()
+            self.recorder = None

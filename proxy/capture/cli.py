@@ -92,11 +92,11 @@ def _add_group_fields(exchange: Exchange, row: dict[str, Any]) -> None:
         row["generation_id"] = answer.generation_id
 
 
-def _table(capture: Capture, rows: list[dict[str, Any]], title: str) -> None:
+def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = console or Console()
     table = Table(title=title)
     for column in (
         "conn",
@@ -136,7 +136,9 @@ def _table(capture: Capture, rows: list[dict[str, Any]], title: str) -> None:
         console.print(f"[yellow]capture damaged: {capture.damage}; shown up to the damage[/yellow]")
 
 
-def show(path: str, *, leg: str = "client", group_only: bool = True, fmt: str = "table") -> int:
+def show(
+    path: str, *, leg: str = "client", group_only: bool = True, fmt: str = "table", console: Any = None
+) -> int:
     try:
         capture = read_capture(path)
     except (OSError, CaptureFormatError) as exc:
@@ -151,7 +153,8 @@ def show(path: str, *, leg: str = "client", group_only: bool = True, fmt: str = 
     else:
         header = capture.header
         title = f"{path}: upstream {header.get('upstream')}, policy {header.get('policy')}, {leg} leg"
-        _table(capture, rows, title)
+        rows.sort(key=lambda row: (row["conn"], row["ts_ns"]))  # grouped per connection
+        _table(capture, rows, title, console)
     return 0
 
 
