@@ -244,7 +244,7 @@ class _ClientSide(asyncio.Protocol):
         loop = asyncio.get_running_loop()
 
         def check() -> None:
-            if self.closing or self.client is None:
+            if self.closing or self.client is None or self.recorder is None:
                 return
             if self.recorder.backlog_bytes < CAPTURE_BACKLOG_LOW:
                 self.reading_paused = False

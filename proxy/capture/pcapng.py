@@ -59,7 +59,8 @@ def _options(data: bytes, offset: int, end: int, endian: str) -> Iterator[tuple[
 
 def _tsresol(raw: bytes) -> int:
     value = raw[0]
-    return 2 ** (value & 0x7F) if value & 0x80 else 10 ** (value & 0x7F)
+    exponent = value & 0x7F
+    return int(2**exponent if value & 0x80 else 10**exponent)
 
 
 def parse(data: bytes) -> tuple[Section, list[Packet], str | None]:

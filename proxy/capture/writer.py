@@ -61,7 +61,7 @@ def internet_checksum(data: bytes) -> int:
     return 0xFFFF - total
 
 
-class _PcapNgBlocks(RawPcapNgWriter):  # type: ignore[misc]
+class _PcapNgBlocks(RawPcapNgWriter):
     """scapy's pcapng block framing, with SHB options, named interfaces and nanosecond stamps."""
 
     def __init__(self, handle: IO[bytes]) -> None:  # scapy's __init__ opens a path itself
@@ -95,7 +95,8 @@ class _PcapNgBlocks(RawPcapNgWriter):  # type: ignore[misc]
         options = None
         if comment is not None:
             options = self._option(1, comment) + struct.pack("<HH", 0, 0)
-        return self.build_block(struct.pack("<I", 6), body + packet, options=options)  # type: ignore[no-any-return]
+        block: bytes = self.build_block(struct.pack("<I", 6), body + packet, options=options)
+        return block
 
 
 @dataclass(slots=True)
@@ -268,20 +269,20 @@ class CaptureWriter:
             case ("close", conn, ts_ns, reason):
                 comment = json.dumps({"conn": conn, "event": "close", "reason": reason}).encode()
                 for leg in (0, 1):
-                    stream = self._streams.pop((conn, leg), None)
-                    if stream is None:
+                    closing = self._streams.pop((conn, leg), None)
+                    if closing is None:
                         continue
                     out.append(
                         blocks.packet_block(
-                            stream.packet(True, _FLAG_FIN | _FLAG_ACK, b""), leg, ts_ns, comment
+                            closing.packet(True, _FLAG_FIN | _FLAG_ACK, b""), leg, ts_ns, comment
                         )
                     )
                     out.append(
                         blocks.packet_block(
-                            stream.packet(False, _FLAG_FIN | _FLAG_ACK, b""), leg, ts_ns, None
+                            closing.packet(False, _FLAG_FIN | _FLAG_ACK, b""), leg, ts_ns, None
                         )
                     )
-                    out.append(blocks.packet_block(stream.packet(True, _FLAG_ACK, b""), leg, ts_ns, None))
+                    out.append(blocks.packet_block(closing.packet(True, _FLAG_ACK, b""), leg, ts_ns, None))
 
     def _write_frame(self, record: Record, out: list[bytes]) -> None:
         rewritten = record.rewritten
