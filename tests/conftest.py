@@ -84,3 +84,38 @@ def make_topic() -> Callable[..., str]:
         return name
 
     return make
+
+
+@pytest.fixture(scope="session")
+def container_engine() -> Iterator[object]:
+    """A Docker-API engine for testcontainers: `DOCKER_HOST` if it answers, else a podman service
+    started here (and stopped at session end). Skips with the engine's own error if none can run."""
+    from harness.container.engine import EngineUnavailable, start_engine
+
+    try:
+        engine = start_engine()
+    except EngineUnavailable as exc:
+        pytest.skip(f"no container engine: {exc}")
+    engine.export_env()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_container(container_engine: object) -> Iterator[object]:
+    """Kafka 3.9.x (classic coordinator) in a locally built image, started by testcontainers.
+
+    Yields an `ApacheKafkaContainer` with `.bootstrap` ("127.0.0.1:<mapped port>") and
+    `.kafka_version`, like a Broker. The image is built once per machine (tag = hash of inputs).
+    """
+    reason = missing_tools()
+    if reason:
+        pytest.skip(f"cannot build the Kafka image: {reason}")
+    from harness.container.image import ensure_image
+    from harness.container.kafka import ApacheKafkaContainer
+
+    tag = ensure_image(KAFKA_39)
+    container = ApacheKafkaContainer(tag, KAFKA_39, new_coordinator=False)
+    container.start()
+    yield container
+    container.stop()

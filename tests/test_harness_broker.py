@@ -96,9 +96,17 @@ def test_state_files_round_trip_and_dead_pids_are_ignored(monkeypatch: pytest.Mo
 needs_java = pytest.mark.skipif(missing_tools() is not None, reason=f"no broker: {missing_tools()}")
 
 
+# The same checks run against the process provider (3.9.x, 4.x) and the container provider.
+PROVIDERS = [
+    "kafka_39",
+    "kafka_4x",
+    pytest.param("kafka_container", marks=[pytest.mark.container, pytest.mark.timeout(600)]),
+]
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("fixture_name", ["kafka_39", "kafka_4x"])
+@pytest.mark.parametrize("fixture_name", PROVIDERS)
 def test_broker_answers_api_versions_with_join_group_v9(
     fixture_name: str, request: pytest.FixtureRequest
 ) -> None:
@@ -107,12 +115,15 @@ def test_broker_answers_api_versions_with_join_group_v9(
     ranges = api_versions(host, port)
     assert ranges[JOIN_GROUP].max_version == 9
     assert host == "127.0.0.1"
-    assert broker.kafka_version == {"kafka_39": KAFKA_39, "kafka_4x": KAFKA_4X}[fixture_name]
+    assert (
+        broker.kafka_version
+        == {"kafka_39": KAFKA_39, "kafka_4x": KAFKA_4X, "kafka_container": KAFKA_39}[fixture_name]
+    )
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("fixture_name", ["kafka_39", "kafka_4x"])
+@pytest.mark.parametrize("fixture_name", PROVIDERS)
 def test_static_member_joins_a_group(fixture_name: str, request: pytest.FixtureRequest, make_topic) -> None:
     """A confluent-kafka consumer with group.instance.id is assigned every partition of a topic."""
     from confluent_kafka import Consumer
