@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Debian packages the test suite uses. Idempotent; skips what is already installed.
 set -euo pipefail
-want=(podman runc busybox-static haproxy tshark)
+# openjdk-17-jdk-headless + maven: real Kafka brokers from Maven jars, javac for the Java client,
+# jlink for the container image's JRE. podman + runc + busybox-static: the container provider.
+want=(openjdk-17-jdk-headless maven podman runc busybox-static haproxy tshark)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -47,8 +47,20 @@ def busybox_path() -> Path:
     return Path(found)
 
 
+def containerfile_text() -> str:
+    return (
+        "FROM scratch\n"
+        "COPY rootfs/ /\n"
+        "ENV PATH=/opt/jre/bin:/bin JAVA_HOME=/opt/jre\n"
+        # Wait until the test writes the start script (it needs the mapped port), then run it.
+        f'CMD ["/bin/sh", "-c", "while [ ! -f {WAIT_FOR_START} ]; do sleep 0.1; done; '
+        f'exec /bin/sh {WAIT_FOR_START}"]\n'
+    )
+
+
 def image_tag(kafka_version: str, libs: Path) -> str:
     digest = hashlib.sha256()
+    digest.update(containerfile_text().encode())
     release = java_home() / "release"
     digest.update(release.read_bytes() if release.exists() else str(java_home()).encode())
     digest.update(JRE_MODULES.encode())
@@ -123,14 +135,7 @@ def stage_rootfs(context: Path, libs: Path) -> None:
     for directory in ("tmp", "tc", "var/lib/kafka", "etc"):
         (rootfs / directory).mkdir(parents=True, exist_ok=True)
     (rootfs / "tmp").chmod(0o1777)
-    (context / "Containerfile").write_text(
-        "FROM scratch\n"
-        "COPY rootfs/ /\n"
-        "ENV PATH=/opt/jre/bin:/bin JAVA_HOME=/opt/jre\n"
-        # Wait until the test writes the start script (it needs the mapped port), then run it.
-        f'CMD ["/bin/sh", "-c", "while [ ! -f {WAIT_FOR_START} ]; do sleep 0.1; done; '
-        f'exec /bin/sh {WAIT_FOR_START}"]\n'
-    )
+    (context / "Containerfile").write_text(containerfile_text())
 
 
 def image_exists(client: object, tag: str) -> bool:
