@@ -205,7 +205,14 @@ def replay_main(argv: list[str]) -> int:
         return 2
 
     from proxy.capture.reader import CaptureFormatError, read_capture
-    from replay.engine import ReplayInputError, build_plan, recorded_events, replay_reference
+    from replay.engine import (
+        ReplayInputError,
+        build_plan,
+        recorded_events,
+        replay_broker_version,
+        replay_live,
+        replay_reference,
+    )
 
     plans = []
     for path in args.captures:
@@ -234,18 +241,25 @@ def replay_main(argv: list[str]) -> int:
                     f"{plan.session_id} reference",
                     lambda cb, p=plan: replay_reference(p, scenario, progress=cb),
                 )
-            else:
-                from replay.live import replay_live
-
-                result = replay_live(
-                    plan,
-                    scenario,
-                    target=target,
-                    target_arg=target_arg,
-                    speed=args.speed,
-                    progress_on=progress_on,
+            elif target == "address":
+                assert target_arg is not None
+                result = _with_progress(
+                    progress_on,
+                    f"{plan.session_id} {target_arg}",
+                    lambda cb, p=plan: replay_live(
+                        p, scenario, address=target_arg, speed=args.speed, progress=cb
+                    ),
                 )
-        except (ValueError, OSError) as exc:
+            else:
+                assert target_arg is not None
+                result = _with_progress(
+                    progress_on,
+                    f"{plan.session_id} broker {target_arg}",
+                    lambda cb, p=plan: replay_broker_version(
+                        p, scenario, kafka_version=target_arg, speed=args.speed, progress=cb
+                    ),
+                )
+        except (ValueError, OSError, RuntimeError) as exc:
             err.print(f"group-replay replay: {plan.session_id}: {exc}")
             return 2
         events.extend(result.events)

@@ -24,6 +24,7 @@ Events come from `replay.observe.GroupObserver`, the same observer that reads th
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import statistics
@@ -810,6 +811,7 @@ def synthesize_capture(
     duration_ms: int = 60_000,
     heartbeat_interval_ms: int = 3_000,
     session_timeout_ms: int = 45_000,
+    rebalance_timeout_ms: int = 300_000,
     stagger_ms: int = 200,
     rolling_bounce: bool = False,
 ) -> ReplayPlan:
@@ -839,7 +841,7 @@ def synthesize_capture(
             {
                 "group_id": group_id,
                 "session_timeout": ms(session_timeout_ms),
-                "rebalance_timeout": ms(300_000),
+                "rebalance_timeout": ms(rebalance_timeout_ms),
                 "member_id": "",
                 "group_instance_id": instance_id,
                 "protocol_type": "consumer",
@@ -923,6 +925,265 @@ def synthesize_capture(
     return plan
 
 
+# ---------------------------------------------------------------------------------------------
+# 6. Live brokers over TCP, in real time scaled by `speed`
+
+
+class _LiveEngine(_Engine):
+    """The same members, scenario and observer, against a real broker over TCP.
+
+    Each member incarnation has its own connection (a restarted process reconnects). Versions are
+    clamped to what the broker advertises in ApiVersions, as a client negotiates them. Time runs on
+    the wall clock times `speed`: recorded and scenario times are divided by it; the broker's own
+    timeouts (session, rebalance) are real, so a large speed shortens gaps but not those waits.
+    """
+
+    def __init__(
+        self, plan: ReplayPlan, scenario: Scenario, run: str, host: str, port: int, speed: float
+    ) -> None:
+        super().__init__(plan, scenario, run, None)
+        self.host = host
+        self.port = port
+        self.speed = speed
+        self._writers: dict[int, Any] = {}
+        self._inflight: dict[int, dict[int, _Pending]] = defaultdict(dict)
+        self._wake: Any = None
+        self._loop: Any = None
+        self._start = 0.0
+        self._tasks: list[Any] = []
+        self.error: BaseException | None = None
+
+    def clock_ms(self) -> int:
+        return int((self._loop.time() - self._start) * 1000 * self.speed)
+
+    def at(self, when_ms: int, _member: SimMember | None, action: Callable[[int], None]) -> None:
+        super().at(when_ms, _member, action)
+        if self._wake is not None:
+            self._wake.set()
+
+    def _send(self, now_ms: int, pending: _Pending) -> None:
+        self.rpcs += 1
+        self._correlation += 1
+        correlation_id = self._correlation
+        member = pending.member
+        self._inflight[member.connection_id][correlation_id] = pending
+        task = self._loop.create_task(self._write(member.connection_id, correlation_id, pending))
+        self._tasks.append(task)
+
+    async def _connection(self, connection_id: int) -> Any:
+        import asyncio
+
+        writer = self._writers.get(connection_id)
+        if writer is None:
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            self._writers[connection_id] = writer
+            self._tasks.append(self._loop.create_task(self._read(connection_id, reader)))
+        return writer
+
+    async def _write(self, connection_id: int, correlation_id: int, pending: _Pending) -> None:
+        from proxy.wire import encode_request
+
+        try:
+            writer = await self._connection(connection_id)
+            writer.write(encode_request(pending.request, correlation_id, pending.member.script.client_id))
+            await writer.drain()
+        except OSError as exc:
+            self.error = exc
+            self._wake.set()
+
+    async def _read(self, connection_id: int, reader: Any) -> None:
+        import asyncio
+
+        from proxy.wire import FrameDecoder, decode_response, peek_correlation_id
+
+        decoder = FrameDecoder()
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    return
+                for response_frame in decoder.feed(data):
+                    correlation_id = peek_correlation_id(response_frame)
+                    pending = self._inflight[connection_id].pop(correlation_id, None)
+                    if pending is None:
+                        continue
+                    _, response = decode_response(response_frame, pending.api_key, pending.api_version)
+                    now_ms = max(self.clock_ms(), self.now_ms)
+                    self.now_ms = now_ms
+                    self._deliver(now_ms, pending, response)
+                    if pending.api_key == LEAVE:
+                        self._close(connection_id)
+                    self._wake.set()
+        except (OSError, asyncio.CancelledError):
+            return
+
+    def _close(self, connection_id: int) -> None:
+        writer = self._writers.pop(connection_id, None)
+        if writer is not None:
+            writer.close()
+
+    async def run_live(self, progress: Callable[[int, int], None] | None) -> int:
+        import asyncio
+
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        await self._negotiate()
+        end_ms = self.schedule()
+        self._start = self._loop.time()
+        heap = self._heap
+        last_report = 0
+        try:
+            while self.error is None:
+                now_ms = self.clock_ms()
+                if now_ms >= end_ms:
+                    break
+                if heap and heap[0][0] <= now_ms:
+                    _, _, action = heapq.heappop(heap)
+                    self.now_ms = max(self.now_ms, now_ms)
+                    action(self.now_ms)
+                    continue
+                wait_ms = (heap[0][0] if heap else end_ms) - now_ms
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._wake.wait(), timeout=min(wait_ms, end_ms - now_ms) / 1000 / self.speed
+                    )
+                if progress is not None and now_ms - last_report >= 1_000:
+                    last_report = now_ms
+                    progress(now_ms, end_ms)
+        finally:
+            for member in self.members:
+                member.running = False
+            for connection_id in list(self._writers):
+                self._close(connection_id)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.error is not None:
+            raise OSError(f"{self.host}:{self.port}: {self.error}")
+        if progress is not None:
+            progress(end_ms, end_ms)
+        return end_ms
+
+    async def _find_coordinator(self, ranges: dict[int, tuple[int, int]]) -> None:
+        groups = sorted({m.script.group_id for m in self.members})
+        coordinators = {await _find_coordinator_of(self.host, self.port, g, ranges) for g in groups}
+        if len(coordinators) == 1:
+            self.host, self.port = next(iter(coordinators))
+
+    async def _negotiate(self) -> None:
+        """Clamp every member's versions to the broker's ApiVersions ranges."""
+        import asyncio
+
+        from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
+        from proxy.wire import FrameDecoder, decode_response, encode_request
+
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        try:
+            writer.write(encode_request(ApiVersionsRequest(), 1, "group-replay"))
+            await writer.drain()
+            decoder = FrameDecoder()
+            frames: list[bytes] = []
+            while not frames:
+                data = await asyncio.wait_for(reader.read(65536), timeout=10)
+                if not data:
+                    raise OSError("connection closed during ApiVersions")
+                frames = decoder.feed(data)
+            _, response = decode_response(frames[0], 18, 0)
+        finally:
+            writer.close()
+        ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+        await self._find_coordinator(ranges)
+        for member in self.members:
+            for api_key, version in list(member.settings.versions.items()):
+                low, high = ranges.get(api_key, (0, -1))
+                if high < 0 or min(version, high) < low:
+                    raise ValueError(
+                        f"the broker does not support {ApiKey(api_key).name} v{version} "
+                        f"(it has v{low}..v{high})"
+                    )
+                member.settings.versions[api_key] = min(version, high)
+        self.broker_ranges = ranges
+
+
+async def _find_coordinator_of(
+    host: str, port: int, group_id: str, ranges: dict[int, tuple[int, int]], timeout_s: float = 60.0
+) -> tuple[str, int]:
+    """FindCoordinator until the broker names one (the offsets topic is created on first ask)."""
+    import asyncio
+
+    from proxy.wire import FrameDecoder, decode_response, encode_request
+
+    api_version = min(3, ranges.get(10, (0, 3))[1])
+    request = convert_from_mapping(request_schema(10, api_version), {"key": group_id, "key_type": 0})
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    while loop.time() < deadline:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(encode_request(request, 1, "group-replay"))
+            await writer.drain()
+            decoder = FrameDecoder()
+            frames: list[bytes] = []
+            while not frames:
+                data = await asyncio.wait_for(reader.read(65536), timeout=10)
+                if not data:
+                    raise OSError("connection closed during FindCoordinator")
+                frames = decoder.feed(data)
+            _, response = decode_response(frames[0], 10, api_version)
+        finally:
+            writer.close()
+        if int(response.error_code) == 0:
+            return str(response.host), int(response.port)
+        last = ErrorCode(int(response.error_code)).name
+        await asyncio.sleep(0.5)
+    raise OSError(f"{host}:{port}: no coordinator for group {group_id!r} ({last})")
+
+
+def replay_live(
+    plan: ReplayPlan,
+    scenario: Scenario = AS_RECORDED,
+    *,
+    address: str,
+    run: str | None = None,
+    speed: float = 1.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunResult:
+    """Replay against a live broker at HOST:PORT (the group coordinator of a one-node cluster)."""
+    import asyncio
+
+    host, _, port = address.rpartition(":")
+    engine = _LiveEngine(plan, scenario, run or f"broker-{address}", host, int(port), speed)
+    end_ms = asyncio.run(engine.run_live(progress))
+    events = tuple(engine.observer.events)
+    failures = tuple(check_expectations(scenario, events, engine.window_start_ms))
+    return RunResult(engine.observer.run, events, engine.rpcs, end_ms, failures)
+
+
+def replay_broker_version(
+    plan: ReplayPlan,
+    scenario: Scenario = AS_RECORDED,
+    *,
+    kafka_version: str,
+    speed: float = 1.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunResult:
+    """Start a real broker of `kafka_version` (harness, Maven jars), replay against it, stop it."""
+    from harness.broker import start_broker
+
+    with start_broker(kafka_version=kafka_version) as broker:
+        return replay_live(
+            plan,
+            scenario,
+            address=broker.bootstrap,
+            run=f"broker-{kafka_version}",
+            speed=speed,
+            progress=progress,
+        )
+
+
 __all__ = [
     "MemberScript",
     "ReplayInputError",
@@ -933,6 +1194,8 @@ __all__ = [
     "build_plan",
     "check_expectations",
     "recorded_events",
+    "replay_broker_version",
+    "replay_live",
     "replay_reference",
     "synthesize_capture",
 ]
