@@ -1,0 +1,472 @@
+"""`group-replay coordinator serve`: the reference coordinator served over TCP to real clients.
+
+One asyncio process plays a whole single-node cluster just well enough for consumer groups:
+ApiVersions, Metadata (itself as broker 0, leading every partition of the `--topics`),
+FindCoordinator and the group and offset APIs (answered by the sans-IO `GroupCoordinator`),
+and empty ListOffsets/Fetch so that consumers keep polling. Like a Kafka broker, each connection
+has one request in flight: while a JoinGroup or SyncGroup is parked, that connection's next
+requests wait (Kafka mutes the channel until the response is sent). A timer task calls
+`advance()` at `next_deadline()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from proxy.wire import (
+    CodecError,
+    FrameDecoder,
+    FrameError,
+    decode_request_body,
+    encode_response,
+    peek_request_header,
+    supports,
+)
+from replay.coordinator import (
+    SUPPORTED_VERSIONS,
+    CoordinatorConfig,
+    GroupCoordinator,
+    GroupEvent,
+    KafkaBehaviour,
+    Output,
+    RequestContext,
+    Respond,
+)
+from replay.coordinator import responses as R
+
+log = logging.getLogger("group_replay.coordinator")
+
+API_VERSIONS, METADATA, LIST_OFFSETS, FETCH = 18, 3, 2, 1
+UNSUPPORTED_VERSION = 35
+UNKNOWN_TOPIC_OR_PARTITION = 3
+CLUSTER_ID = "group-replay-reference"
+
+# What this server answers besides the coordinator's own APIs.
+SERVER_VERSIONS: dict[int, tuple[int, int]] = {
+    API_VERSIONS: (0, 4),
+    METADATA: (1, 12),
+    LIST_OFFSETS: (1, 7),
+    FETCH: (4, 12),
+}
+ALL_VERSIONS: dict[int, tuple[int, int]] = {**SERVER_VERSIONS, **SUPPORTED_VERSIONS}
+# Advertised but never served: kafka-clients 2.x computes the usable produce magic from the
+# Produce versions of every node as soon as ApiVersions arrives (ApiVersions.update), and fails
+# with "The broker does not support PRODUCE" without it. A Produce request closes the connection.
+ADVERTISED_ONLY: dict[int, tuple[int, int]] = {0: (3, 9)}
+
+
+def parse_topics(text: str) -> dict[str, int]:
+    """`events:6,orders` -> {"events": 6, "orders": 1}."""
+    topics: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, count = item.partition(":")
+        if not name:
+            raise ValueError(f"empty topic name in {text!r}")
+        try:
+            partitions = int(count) if count else 1
+        except ValueError:
+            raise ValueError(f"topic {name!r}: partition count {count!r} is not a number") from None
+        if partitions < 1:
+            raise ValueError(f"topic {name!r}: partition count must be >= 1")
+        topics[name] = partitions
+    return topics
+
+
+class ReferenceServer:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        topics: dict[str, int],
+        events_out: IO[str] | None = None,
+        auto_create_partitions: int = 1,
+    ) -> None:
+        self.config = config
+        self.coordinator = GroupCoordinator(config)
+        self.topics = dict(topics)
+        self.auto_create_partitions = auto_create_partitions
+        self.events_out = events_out
+        self.connections: dict[int, _Connection] = {}
+        self._next_connection = 0
+        self._epoch = time.monotonic()
+        self._wake = asyncio.Event()
+        self.server: asyncio.Server | None = None
+
+    def now_ms(self) -> int:
+        return int((time.monotonic() - self._epoch) * 1000)
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._accept, host, port)
+        bound = self.server.sockets[0].getsockname()
+        self.config = CoordinatorConfig(**{**asdict(self.config), "host": host, "port": int(bound[1])})
+        self.coordinator.config = self.config
+        asyncio.get_running_loop().create_task(self._timer_loop())
+        return host, int(bound[1])
+
+    # --- outputs -----------------------------------------------------------------------------
+    def dispatch(self, outputs: list[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, Respond):
+                conn = self.connections.get(out.context.connection_id)
+                if conn is not None:
+                    conn.deliver(out.context.correlation_id, out.response)
+            elif isinstance(out, GroupEvent):
+                log.info(
+                    "%s group=%s gen=%d member=%s instance=%s %s",
+                    out.event.value,
+                    out.group_id,
+                    out.generation_id,
+                    out.member_id,
+                    out.group_instance_id,
+                    out.reason,
+                )
+                if self.events_out is not None:
+                    row = asdict(out)
+                    row["event"] = out.event.value
+                    row["assignment"] = out.assignment.hex() if out.assignment is not None else None
+                    row["from_state"] = out.from_state.value if out.from_state else None
+                    row["to_state"] = out.to_state.value if out.to_state else None
+                    self.events_out.write(json.dumps(row) + "\n")
+                    self.events_out.flush()
+        self._wake.set()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            deadline = self.coordinator.next_deadline()
+            timeout = None if deadline is None else max(0.0, (deadline - self.now_ms()) / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            outputs = self.coordinator.advance(self.now_ms())
+            if outputs:
+                self.dispatch(outputs)
+
+    # --- connections -------------------------------------------------------------------------
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._next_connection += 1
+        conn = _Connection(self, self._next_connection, reader, writer)
+        self.connections[conn.connection_id] = conn
+        try:
+            await conn.run()
+        finally:
+            self.connections.pop(conn.connection_id, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    # --- the broker-side APIs the coordinator does not own -----------------------------------
+    def api_versions(self, api_version: int, error_code: int = 0) -> Any:
+        version_cls = R.nested(API_VERSIONS, api_version, "ApiVersion")
+        keys = tuple(
+            version_cls(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in sorted({**ADVERTISED_ONLY, **ALL_VERSIONS}.items())
+        )
+        return R.make(API_VERSIONS, api_version, error_code=R.error(error_code), api_keys=keys)
+
+    def metadata(self, api_version: int, request: Any) -> Any:
+        broker_cls = R.nested(METADATA, api_version, "MetadataResponseBroker")
+        topic_cls = R.nested(METADATA, api_version, "MetadataResponseTopic")
+        partition_cls = R.nested(METADATA, api_version, "MetadataResponsePartition")
+        requested = request.topics
+        if requested is None:
+            names = sorted(self.topics)
+        else:
+            names = [t.name for t in requested if t.name is not None]
+            for name in names:
+                if name not in self.topics and self.auto_create_partitions > 0:
+                    self.topics[name] = self.auto_create_partitions
+        topics = []
+        none = R.error(0)
+        for name in names:
+            partitions = self.topics.get(name)
+            values: dict[str, Any] = {
+                "name": name,
+                "topic_id": uuid.uuid5(uuid.NAMESPACE_URL, f"group-replay:{name}"),
+                "is_internal": False,
+                "topic_authorized_operations": -(2**31),
+            }
+            if partitions is None:
+                values |= {"error_code": R.error(UNKNOWN_TOPIC_OR_PARTITION), "partitions": ()}
+            else:
+                values |= {
+                    "error_code": none,
+                    "partitions": tuple(
+                        R.build(
+                            partition_cls,
+                            {
+                                "error_code": none,
+                                "partition_index": index,
+                                "leader_id": self.config.node_id,
+                                "leader_epoch": 0,
+                                "replica_nodes": (self.config.node_id,),
+                                "isr_nodes": (self.config.node_id,),
+                                "offline_replicas": (),
+                            },
+                        )
+                        for index in range(partitions)
+                    ),
+                }
+            topics.append(R.build(topic_cls, values))
+        broker = R.build(
+            broker_cls,
+            {
+                "node_id": self.config.node_id,
+                "host": self.config.host,
+                "port": self.config.port,
+                "rack": None,
+            },
+        )
+        return R.make(
+            METADATA,
+            api_version,
+            brokers=(broker,),
+            cluster_id=CLUSTER_ID,
+            controller_id=self.config.node_id,
+            topics=tuple(topics),
+        )
+
+    def list_offsets(self, api_version: int, request: Any) -> Any:
+        """Every partition is empty: offset 0 whatever the timestamp asked."""
+        topic_cls = R.nested(LIST_OFFSETS, api_version, "ListOffsetsTopicResponse")
+        partition_cls = R.nested(LIST_OFFSETS, api_version, "ListOffsetsPartitionResponse")
+        none = R.error(0)
+        topics = tuple(
+            topic_cls(
+                name=t.name,
+                partitions=tuple(
+                    R.build(
+                        partition_cls,
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": none,
+                            "timestamp": -1,
+                            "offset": 0,
+                            "leader_epoch": 0,
+                        },
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        )
+        return R.make(LIST_OFFSETS, api_version, topics=topics)
+
+    def fetch(self, api_version: int, request: Any) -> Any:
+        """No records, high watermark 0, for every partition asked."""
+        topic_cls = R.nested(FETCH, api_version, "FetchableTopicResponse")
+        partition_cls = R.nested(FETCH, api_version, "PartitionData")
+        none = R.error(0)
+        responses = tuple(
+            topic_cls(
+                topic=t.topic,
+                partitions=tuple(
+                    R.build(
+                        partition_cls,
+                        {
+                            "partition_index": p.partition,
+                            "error_code": none,
+                            "high_watermark": 0,
+                            "last_stable_offset": 0,
+                            "log_start_offset": 0,
+                            "aborted_transactions": (),
+                            "records": b"",
+                        },
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        )
+        return R.make(FETCH, api_version, error_code=none, session_id=0, responses=responses)
+
+
+class _Connection:
+    def __init__(
+        self,
+        server: ReferenceServer,
+        connection_id: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.server = server
+        self.connection_id = connection_id
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.client_host = f"/{peer[0]}" if peer else "/unknown"
+        self.waiting: dict[int, asyncio.Future[None]] = {}
+        self.closed = False
+
+    def deliver(self, correlation_id: int, response: Any) -> None:
+        if not self.closed:
+            self.writer.write(encode_response(response, correlation_id))
+        waiter = self.waiting.pop(correlation_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def run(self) -> None:
+        decoder = FrameDecoder()
+        try:
+            while True:
+                data = await self.reader.read(65536)
+                if not data:
+                    return
+                try:
+                    frames = decoder.feed(data)
+                except FrameError as exc:
+                    log.warning("connection %d: %s; closing it", self.connection_id, exc)
+                    return
+                for frame in frames:
+                    if not await self.process(frame):
+                        return
+                    await self.writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            self.closed = True
+
+    async def process(self, frame: bytes) -> bool:
+        """Handle one request; False closes the connection (the reason is logged)."""
+        try:
+            header = peek_request_header(frame)
+        except FrameError as exc:
+            log.warning("connection %d: %s; closing it", self.connection_id, exc)
+            return False
+        api_key, api_version = header.api_key, header.api_version
+        server = self.server
+        if api_key == API_VERSIONS:
+            low, high = SERVER_VERSIONS[API_VERSIONS]
+            if not (low <= api_version <= high) or not supports(api_key, api_version):
+                # KafkaApis: an unsupported ApiVersions version is answered with v0 and the error.
+                self.deliver(header.correlation_id, server.api_versions(0, UNSUPPORTED_VERSION))
+            else:
+                self.deliver(header.correlation_id, server.api_versions(api_version))
+            return True
+        low, high = ALL_VERSIONS.get(api_key, (0, -1))
+        if not low <= api_version <= high:
+            log.warning(
+                "connection %d: api_key %d v%d is not served here; closing it",
+                self.connection_id,
+                api_key,
+                api_version,
+            )
+            return False
+        try:
+            request = decode_request_body(header, frame)
+        except CodecError as exc:
+            log.warning("connection %d: %s; closing it", self.connection_id, exc)
+            return False
+        if api_key == METADATA:
+            self.deliver(header.correlation_id, server.metadata(api_version, request))
+            return True
+        if api_key == LIST_OFFSETS:
+            self.deliver(header.correlation_id, server.list_offsets(api_version, request))
+            return True
+        if api_key == FETCH:
+            # Nothing will ever arrive: wait as long as the client allows (capped) so that
+            # polling consumers do not spin.
+            max_wait_s = min(max(int(request.max_wait.total_seconds() * 1000), 0), 500) / 1000
+            await asyncio.sleep(max_wait_s)
+            self.deliver(header.correlation_id, server.fetch(api_version, request))
+            return True
+        context = RequestContext(
+            connection_id=self.connection_id,
+            client_id=header.client_id or "",
+            client_host=self.client_host,
+            api_version=api_version,
+            correlation_id=header.correlation_id,
+        )
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting[header.correlation_id] = waiter
+        server.dispatch(server.coordinator.handle(server.now_ms(), context, request))
+        if not waiter.done():
+            await self.writer.drain()
+            await waiter  # parked JoinGroup/SyncGroup: the channel stays muted until answered
+        return True
+
+
+async def serve(
+    host: str,
+    port: int,
+    config: CoordinatorConfig,
+    topics: dict[str, int],
+    events_out: IO[str] | None = None,
+    ready: IO[str] | None = None,
+) -> None:
+    server = ReferenceServer(config, topics, events_out)
+    bound_host, bound_port = await server.start(host, port)
+    if ready is not None:
+        ready.write(json.dumps({"event": "listening", "host": bound_host, "port": bound_port}) + "\n")
+        ready.flush()
+    assert server.server is not None
+    async with server.server:
+        await server.server.serve_forever()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="group-replay coordinator",
+        description="Serve the reference classic group coordinator over TCP so real clients can join it.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="listen for Kafka clients")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=9092, help="0 picks a free port (printed on stdout)")
+    s.add_argument("--topics", default="", help="topics and partition counts: events:6,orders:3")
+    s.add_argument(
+        "--behaviour", choices=[b.value for b in KafkaBehaviour], default=KafkaBehaviour.SCALA_3_9.value
+    )
+    s.add_argument("--group-min-session-timeout-ms", type=int, default=6000)
+    s.add_argument("--group-max-session-timeout-ms", type=int, default=1_800_000)
+    s.add_argument("--group-initial-rebalance-delay-ms", type=int, default=3000)
+    s.add_argument("--group-max-size", type=int, default=2**31 - 1)
+    s.add_argument("--events", type=Path, help="append the coordinator's group events here (JSON Lines)")
+    s.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if exc.code in (0, None) else 2
+    try:
+        topics = parse_topics(args.topics)
+    except ValueError as exc:
+        print(f"group-replay coordinator: --topics: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    config = CoordinatorConfig(
+        group_min_session_timeout_ms=args.group_min_session_timeout_ms,
+        group_max_session_timeout_ms=args.group_max_session_timeout_ms,
+        group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+        group_max_size=args.group_max_size,
+        kafka_behaviour=KafkaBehaviour(args.behaviour),
+        host=args.host,
+        port=args.port,
+    )
+    events_out = args.events.open("a", encoding="utf-8") if args.events else None
+    try:
+        asyncio.run(serve(args.host, args.port, config, topics, events_out, ready=sys.stdout))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(f"group-replay coordinator: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if events_out is not None:
+            events_out.close()
+    return 0
+
+
+__all__ = ["ReferenceServer", "main", "parse_topics", "serve"]

@@ -1,0 +1,283 @@
+"""`group-replay coordinator serve`: the reference coordinator over TCP.
+
+In-process tests speak the wire protocol through `proxy.wire`; the integration tests run real
+consumers (confluent-kafka, kafka-python, aiokafka, Java kafka-clients) against a served
+coordinator subprocess and bounce them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from proxy.wire import FrameDecoder, decode_response, encode_request
+from replay.coordinator import CoordinatorConfig
+from replay.coordinator import requests as Q
+from replay.server import ReferenceServer, parse_topics
+
+E = ErrorCode
+
+
+def test_parse_topics() -> None:
+    assert parse_topics("events:6, orders ,x:2") == {"events": 6, "orders": 1, "x": 2}
+    for bad in ("a:0", "a:x", ":3"):
+        with pytest.raises(ValueError):
+            parse_topics(bad)
+
+
+class WireClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.decoder = FrameDecoder()
+        self.correlation = 0
+        self.frames: list[bytes] = []
+
+    @classmethod
+    async def connect(cls, port: int) -> WireClient:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def send(self, request: Any) -> int:
+        self.correlation += 1
+        self.writer.write(encode_request(request, self.correlation, "wire-test"))
+        await self.writer.drain()
+        return self.correlation
+
+    async def receive(self, request: Any) -> Any:
+        while not self.frames:
+            data = await asyncio.wait_for(self.reader.read(65536), 10)
+            assert data, "connection closed"
+            self.frames += self.decoder.feed(data)
+        frame = self.frames.pop(0)
+        api_key, api_version = int(type(request).__api_key__), int(type(request).__version__)
+        _, response = decode_response(frame, api_key, api_version)
+        return response
+
+    async def call(self, request: Any) -> Any:
+        await self.send(request)
+        return await self.receive(request)
+
+
+def test_server_speaks_the_wire_protocol() -> None:
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    async def scenario() -> None:
+        server = ReferenceServer(CoordinatorConfig(group_initial_rebalance_delay_ms=0), {"events": 3})
+        _, port = await server.start("127.0.0.1", 0)
+        a = await WireClient.connect(port)
+        versions = await a.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+        served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+        assert served[11] == (0, 9) and served[14] == (0, 5)
+        meta = await a.call(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name="events"),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+        assert [b.port for b in meta.brokers] == [port]
+        assert [p.partition_index for p in meta.topics[0].partitions] == [0, 1, 2]
+        found = await a.call(FindCoordinatorRequest(key_type=0, coordinator_keys=("g",)))
+        assert found.coordinators[0].port == port
+
+        # A parked JoinGroup is answered when the second member completes the rebalance; a
+        # malformed frame on a third connection closes only that connection.
+        first = await a.call(Q.join_group(9, "g", group_instance_id="x", session_timeout_ms=10_000))
+        assert first.error_code == E.none and first.generation_id == 1
+        b = await WireClient.connect(port)
+        join_b = Q.join_group(5, "g", group_instance_id="y", session_timeout_ms=10_000)
+        await b.send(join_b)
+        bad = await WireClient.connect(port)
+        bad.writer.write(b"\xff\xff\xff\xff")
+        await bad.writer.drain()
+        assert await asyncio.wait_for(bad.reader.read(10), 5) == b""
+        again = Q.join_group(9, "g", first.member_id, group_instance_id="x", session_timeout_ms=10_000)
+        rejoin = await a.call(again)
+        joined_b = await b.receive(join_b)
+        assert rejoin.generation_id == joined_b.generation_id == 2
+        assert rejoin.leader == first.member_id and len(rejoin.members) == 2
+        for client in (a, b, bad):
+            client.writer.close()
+        assert server.server is not None
+        server.server.close()
+
+    asyncio.run(scenario())
+
+
+# --- real clients -------------------------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    bootstrap: str
+    events_path: Path
+    process: subprocess.Popen[str]
+
+    def events(self, group_id: str) -> list[dict[str, Any]]:
+        rows = [json.loads(line) for line in self.events_path.read_text().splitlines() if line.strip()]
+        return [r for r in rows if r["group_id"] == group_id]
+
+    def rebalances(self, group_id: str) -> int:
+        return sum(1 for r in self.events(group_id) if r["event"] == "rebalance_started")
+
+    def generation(self, group_id: str) -> int:
+        return max((r["generation_id"] for r in self.events(group_id)), default=0)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    events_path = tmp_path_factory.mktemp("coordinator") / "events.jsonl"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "group_replay",
+            "coordinator",
+            "serve",
+            "--port",
+            "0",
+            "--topics",
+            "events:4",
+            "--group-min-session-timeout-ms",
+            "1000",
+            "--group-initial-rebalance-delay-ms",
+            "0",
+            "--events",
+            str(events_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"coordinator did not start: {process.stderr.read() if process.stderr else ''}")
+    port = json.loads(line)["port"]
+    try:
+        yield Served(f"127.0.0.1:{port}", events_path, process)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _wait(predicate: Any, timeout_s: float, what: str, describe: Any = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: {describe() if describe else ''}")
+        time.sleep(0.2)
+
+
+KINDS = ["confluent", "kafka-python", "aiokafka", "java"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_static_rolling_bounce_does_not_rebalance(served: Served, kind: str) -> None:
+    """KIP-345 on the reference coordinator with a real client: restarting each static member
+    (no LeaveGroup on close) keeps the generation and every member's partitions."""
+    from harness.clients import ClientKind, ConsumerSpec, start_consumer
+
+    group = f"static-{kind}"
+
+    def spec(instance: str) -> ConsumerSpec:
+        return ConsumerSpec(
+            kind=ClientKind(kind),
+            bootstrap=served.bootstrap,
+            group_id=group,
+            topics=("events",),
+            group_instance_id=instance,
+            client_id=f"{kind}-{instance}",
+            session_timeout_ms=6000,
+        )
+
+    members = {name: start_consumer(spec(name)) for name in ("a", "b")}
+    try:
+        for member in members.values():
+            member.wait_assigned(60_000)
+        _wait(
+            lambda: all(
+                (last := m.last_assignment()) is not None and len(last.partitions) == 2
+                for m in members.values()
+            ),
+            60,
+            "both static members to hold two partitions",
+        )
+        before = {name: m.last_assignment().partitions for name, m in members.items()}  # type: ignore[union-attr]
+        rebalances, generation = served.rebalances(group), served.generation(group)
+        for name in ("a", "b"):
+            members[name].stop()
+            members[name] = start_consumer(spec(name))
+            assigned = members[name].wait_assigned(60_000)
+            assert assigned.partitions == before[name]
+        time.sleep(1)
+        assert served.rebalances(group) == rebalances
+        assert served.generation(group) == generation
+        joins = [r for r in served.events(group) if r["event"] == "member_joined"]
+        assert [r["group_instance_id"] for r in joins[-2:]] == ["a", "b"]
+    finally:
+        for member in members.values():
+            member.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_dynamic_and_mixed_rolling_bounce_rebalances(served: Served) -> None:
+    """Dynamic members of four client kinds (one of them static) share a group; bouncing the
+    dynamic ones rebalances each time and everybody ends with a share of the partitions."""
+    from harness.clients import ClientKind, ConsumerSpec, start_consumer
+
+    group = "mixed"
+    specs = {
+        "confluent": ConsumerSpec(
+            ClientKind.CONFLUENT, served.bootstrap, group, ("events",), client_id="conf"
+        ),
+        "kafka-python": ConsumerSpec(
+            ClientKind.KAFKA_PYTHON, served.bootstrap, group, ("events",), client_id="kp"
+        ),
+        "java": ConsumerSpec(
+            ClientKind.JAVA, served.bootstrap, group, ("events",), group_instance_id="java-static"
+        ),
+        "aiokafka": ConsumerSpec(ClientKind.AIOKAFKA, served.bootstrap, group, ("events",), client_id="aio"),
+    }
+    members = {name: start_consumer(s) for name, s in specs.items()}
+
+    def settled() -> bool:
+        lasts = [m.last_assignment() for m in members.values()]
+        if any(last is None for last in lasts):
+            return False
+        owned = [p for last in lasts for p in last.partitions]  # type: ignore[union-attr]
+        return sorted(owned) == [f"events-{i}" for i in range(4)]
+
+    try:
+        _wait(settled, 90, "four members to split four partitions")
+        for name in ("confluent", "kafka-python"):
+            rebalances = served.rebalances(group)
+            members[name].stop()
+            members[name] = start_consumer(specs[name])
+            members[name].wait_assigned(60_000)
+            _wait(
+                settled,
+                90,
+                f"the group to settle after bouncing {name}",
+                lambda: {n: m.snapshot()[-4:] for n, m in members.items()},
+            )
+            assert served.rebalances(group) > rebalances
+        left = [r for r in served.events(group) if r["event"] == "member_left"]
+        assert len(left) >= 2  # dynamic members send LeaveGroup when they close
+    finally:
+        for member in members.values():
+            member.stop()
