@@ -51,16 +51,20 @@ def sessions_for_rows(rows: int) -> int:
     return max(1, math.ceil(rows / ROWS_PER_SESSION))
 
 
-def synth_events(
+def _affected() -> Column:
+    run = F.col("run")
+    return F.col("differs") & ((run == "broker-4.1.0") | ((run == "broker-3.9.1") & F.col("also_old_broker")))
+
+
+def _session_plan(
     spark: SparkSession,
     sessions: int,
-    *,
-    seed: int = 7,
-    diff_rate: float = 0.03,
-    noise_rate: float = 0.02,
-    unknown_client_rate: float = 0.1,
+    seed: int,
+    diff_rate: float,
+    noise_rate: float,
+    unknown_client_rate: float,
 ) -> DataFrame:
-    """A DataFrame with `EVENT_SCHEMA`; ~119 rows per session."""
+    """One row per session: its shape, client and which differences and noise it gets."""
     s = F.col("s")
 
     def uniform(salt: int) -> Column:
@@ -68,7 +72,7 @@ def synth_events(
 
     base = spark.range(sessions).select(F.col("id").alias("s"))
     client_idx = (uniform(3) % len(CLIENTS)).cast("int") + 1
-    base = base.select(
+    return base.select(
         "s",
         F.format_string("s%06d", s).alias("session_id"),
         F.element_at(F.array(*[F.lit(x) for x in SCENARIOS]), (s % len(SCENARIOS)).cast("int") + 1).alias(
@@ -86,21 +90,50 @@ def synth_events(
         (uniform(8) < noise_rate * 10_000).alias("noisy"),
         (uniform(9) < 5_000).alias("noise_old_broker"),
     )
+
+
+def injected_differences(
+    spark: SparkSession, sessions: int, *, seed: int = 7, diff_rate: float = 0.03, noise_rate: float = 0.02
+) -> DataFrame:
+    """Ground truth for `synth_events` with the same arguments: (session_id, observed_run, kind) of
+    every run where a difference was injected (noise is not a difference)."""
+    plan = _session_plan(spark, sessions, seed, diff_rate, noise_rate, 0.0)
+    runs = spark.createDataFrame([(name,) for name, _ in RUNS], "run string")
+    return (
+        plan.crossJoin(runs)
+        .where(_affected())
+        .select(
+            "session_id",
+            F.col("run").alias("observed_run"),
+            F.element_at(F.array(*[F.lit(k) for k in DIFF_KINDS]), F.col("kind") + 1).alias("kind"),
+        )
+    )
+
+
+def synth_events(
+    spark: SparkSession,
+    sessions: int,
+    *,
+    seed: int = 7,
+    diff_rate: float = 0.03,
+    noise_rate: float = 0.02,
+    unknown_client_rate: float = 0.1,
+) -> DataFrame:
+    """A DataFrame with `EVENT_SCHEMA`; ~119 rows per session."""
+    s = F.col("s")
+    base = _session_plan(spark, sessions, seed, diff_rate, noise_rate, unknown_client_rate)
     runs = spark.createDataFrame(
         [(name, idx, gen) for idx, (name, gen) in enumerate(RUNS)], "run string, run_idx int, gen_base int"
     )
     run = F.col("run")
     per_run = base.crossJoin(F.broadcast(runs))
-    affected = F.col("differs") & (
-        (run == "broker-4.1.0") | ((run == "broker-3.9.1") & F.col("also_old_broker"))
-    )
     noise_here = F.col("noisy") & (
         (run == "reference~2")
         | (run == "broker-4.1.0")
         | ((run == "broker-3.9.1") & F.col("noise_old_broker"))
     )
     kind = F.col("kind")
-    per_run = per_run.withColumn("affected", affected).withColumn("noise_here", noise_here)
+    per_run = per_run.withColumn("affected", _affected()).withColumn("noise_here", noise_here)
     per_run = per_run.withColumn(
         "g_eff", F.col("g") + F.when(F.col("affected") & (kind == 0), 1).otherwise(0)
     ).withColumn(

@@ -1,0 +1,340 @@
+"""The validator's pure transforms on tiny hand-made frames (`assertDataFrameEqual`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from validator.session import java_problem
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(java_problem() is not None, reason=f"Spark needs Java: {java_problem()}"),
+]
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.testing import assertDataFrameEqual  # noqa: E402
+
+from validator import transforms as T  # noqa: E402
+from validator.schemas import (  # noqa: E402
+    FACTS_SCHEMA,
+    JSON_READ_SCHEMA,
+    OBSERVED_REBALANCES_SCHEMA,
+    PAIRS_SCHEMA,
+    READ_SCHEMA,
+)
+from validator.session import shared_test_session  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark() -> SparkSession:
+    return shared_test_session()
+
+
+def ev(
+    run: str,
+    seq: int,
+    event: str,
+    generation_id: int = -1,
+    member: str = "a",
+    *,
+    leader: bool = False,
+    assignment: list[str] | None = None,
+    error_code: int = 0,
+    session: str = "s1",
+    ts_ms: int | None = None,
+    join_api_version: int = 5,
+    client_software: str | None = None,
+) -> tuple[Any, ...]:
+    return (
+        session,
+        "as-recorded",
+        run,
+        "g",
+        seq,
+        ts_ms if ts_ms is not None else seq * 100,
+        event,
+        generation_id,
+        member,
+        f"{member}-{run}-uuid",
+        None,
+        "range" if event == "generation_completed" else None,
+        leader,
+        None,
+        join_api_version,
+        error_code,
+        assignment,
+        client_software,
+    )
+
+
+def frame(spark: SparkSession, rows: list[tuple[Any, ...]]):
+    return spark.createDataFrame(rows, READ_SCHEMA)
+
+
+def one_run(run: str, first_generation: int, ts_offset: int = 0) -> list[tuple[Any, ...]]:
+    """Two members, two completed generations; raw ids and times depend on the arguments."""
+    g1, g2 = first_generation, first_generation + 1
+    return [
+        ev(run, 0, "member_joined", member="a", ts_ms=ts_offset),
+        ev(run, 1, "member_joined", member="b", ts_ms=ts_offset + 5),
+        ev(run, 2, "rebalance_started", g1 - 1, "a", ts_ms=ts_offset + 10),
+        ev(
+            run,
+            3,
+            "generation_completed",
+            g1,
+            "a",
+            leader=True,
+            assignment=["t-1", "t-0"],
+            ts_ms=ts_offset + 20,
+        ),
+        ev(run, 4, "generation_completed", g1, "b", assignment=["t-2"], ts_ms=ts_offset + 21),
+        ev(run, 5, "rebalance_started", g1, "a", ts_ms=ts_offset + 30),
+        ev(run, 6, "generation_completed", g2, "a", leader=True, assignment=["t-0"], ts_ms=ts_offset + 40),
+        ev(run, 7, "generation_completed", g2, "b", assignment=["t-1", "t-2"], ts_ms=ts_offset + 41),
+    ]
+
+
+def test_rebalances_are_numbered_by_completion_order_not_raw_generation(spark: SparkSession) -> None:
+    events = frame(spark, one_run("reference", 1) + one_run("broker-3.9.1", 7, ts_offset=1000))
+    expected = spark.createDataFrame(
+        [
+            ("s1", "as-recorded", "reference", "g", 1, 1, 20, "a", 2, "range"),
+            ("s1", "as-recorded", "reference", "g", 2, 2, 40, "a", 2, "range"),
+            ("s1", "as-recorded", "broker-3.9.1", "g", 1, 7, 1020, "a", 2, "range"),
+            ("s1", "as-recorded", "broker-3.9.1", "g", 2, 8, 1040, "a", 2, "range"),
+        ],
+        OBSERVED_REBALANCES_SCHEMA,
+    )
+    assertDataFrameEqual(T.observed_rebalances(events), expected)
+
+
+def test_assignments_are_sorted_latest_report_wins_and_null_is_empty(spark: SparkSession) -> None:
+    events = frame(
+        spark,
+        [
+            ev("reference", 1, "generation_completed", 5, "a", leader=True, assignment=["t-1", "t-0"]),
+            ev("reference", 2, "generation_completed", 5, "b", assignment=None),
+            ev("reference", 3, "generation_completed", 5, "a", leader=True, assignment=["t-3", "t-2"]),
+        ],
+    )
+    got = T.member_assignments(events, T.observed_rebalances(events)).select(
+        "member_key", "ordinal", "assignment"
+    )
+    assertDataFrameEqual(got, [("a", 1, ["t-2", "t-3"]), ("b", 1, [])], checkRowOrder=False)
+
+
+def test_run_summary_counts_and_lists_fenced_expired_left_and_errors(spark: SparkSession) -> None:
+    events = frame(
+        spark,
+        [
+            *one_run("broker-4.1.0", 3),
+            ev("broker-4.1.0", 8, "request_failed", 4, "b", error_code=82),
+            ev("broker-4.1.0", 9, "member_fenced", 4, "b", error_code=82),
+            ev("broker-4.1.0", 10, "member_expired", 4, "a"),
+            ev("broker-4.1.0", 11, "member_left", 4, "c"),
+            ev("recorded", 0, "member_joined", member="a", error_code=79),
+        ],
+    )
+    got = T.run_summary(events, T.observed_rebalances(events)).select(
+        "run", "rebalance_count", "rebalances_started", "members", "fenced", "expired", "left", "error_codes"
+    )
+    assertDataFrameEqual(
+        got,
+        [
+            ("broker-4.1.0", 2, 2, 3, ["b"], ["a"], ["c"], [82]),
+            ("recorded", 0, 0, 1, [], [], [], [79]),
+        ],
+    )
+
+
+def test_bad_rows_are_flagged_with_a_reason(spark: SparkSession) -> None:
+    good = ev("reference", 0, "member_joined")
+    unknown = ev("reference", 1, "member_teleported")
+    missing = (None, *good[1:])
+    rows = [(*r, None) for r in (good, unknown, missing)] + [(*([None] * 18), "{not json")]
+    raw = spark.createDataFrame(rows, JSON_READ_SCHEMA)
+    got = T.flag_bad_rows(raw).select("seq", "bad_reason")
+    assertDataFrameEqual(
+        got,
+        [(0, None), (1, "unknown event member_teleported"), (0, "missing session_id"), (None, "unparseable")],
+    )
+
+
+def test_pairs_compare_first_attempts_and_measure_noise_against_repeats(spark: SparkSession) -> None:
+    runs = spark.createDataFrame(
+        [
+            ("s1", "x", "g", r)
+            for r in ("reference", "reference~2", "recorded", "broker-3.9.1", "broker-4.1.0~2")
+        ],
+        "session_id string, scenario string, group_id string, run string",
+    )
+    expected = spark.createDataFrame(
+        [
+            ("s1", "x", "g", "reference", "recorded", "compare"),
+            ("s1", "x", "g", "reference", "broker-3.9.1", "compare"),
+            ("s1", "x", "g", "reference", "reference~2", "noise"),
+        ],
+        PAIRS_SCHEMA,
+    )
+    assertDataFrameEqual(T.comparison_pairs(runs, "reference"), expected)
+
+
+def _facts(spark: SparkSession, rows: list[tuple[str, str, str, int, str]]):
+    return spark.createDataFrame(
+        [("s1", "x", run, "g", a, sub, o, v) for run, a, sub, o, v in rows], FACTS_SCHEMA
+    )
+
+
+def test_diff_labels_changed_missing_unexpected_and_noise(spark: SparkSession) -> None:
+    facts = _facts(
+        spark,
+        [
+            ("reference", "assignment", "a", 1, "t-0"),
+            ("reference", "assignment", "b", 1, "t-1"),
+            ("reference", "leader", "", 1, "a"),
+            ("reference", "fenced", "b", 0, "fenced"),
+            ("reference~2", "assignment", "a", 1, "t-1"),  # the reference itself is unstable here
+            ("reference~2", "assignment", "b", 1, "t-1"),
+            ("reference~2", "leader", "", 1, "a"),
+            ("reference~2", "fenced", "b", 0, "fenced"),
+            ("broker-9", "assignment", "a", 1, "t-1"),  # noise
+            ("broker-9", "assignment", "b", 1, "t-0"),  # a real change
+            ("broker-9", "leader", "", 1, "a"),
+            ("broker-9", "expired", "a", 0, "expired"),  # unexpected
+            # fenced b missing in broker-9
+        ],
+    )
+    pairs = spark.createDataFrame(
+        [
+            ("s1", "x", "g", "reference", "broker-9", "compare"),
+            ("s1", "x", "g", "reference", "reference~2", "noise"),
+        ],
+        PAIRS_SCHEMA,
+    )
+    got = T.label_noise(T.diff_facts(facts, pairs)).select(
+        "observed_run",
+        "aspect",
+        "subject",
+        "ordinal",
+        "expected_value",
+        "observed_value",
+        "change",
+        "severity",
+        "is_noise",
+    )
+    assertDataFrameEqual(
+        got,
+        [
+            ("broker-9", "assignment", "a", 1, "t-0", "t-1", "changed", 1, True),
+            ("broker-9", "assignment", "b", 1, "t-1", "t-0", "changed", 1, False),
+            ("broker-9", "expired", "a", 0, None, "expired", "unexpected", 5, False),
+            ("broker-9", "fenced", "b", 0, "fenced", None, "missing", 5, False),
+        ],
+    )
+
+
+def test_identical_rebalances_with_other_ids_times_and_generations_do_not_differ(spark: SparkSession) -> None:
+    events = frame(spark, one_run("reference", 1) + one_run("broker-3.9.1", 41, ts_offset=777))
+    rebalances = T.observed_rebalances(events)
+    summary = T.run_summary(events, rebalances)
+    facts = T.run_facts(events, rebalances, T.member_assignments(events, rebalances))
+    pairs = T.comparison_pairs(summary, "reference")
+    diffs = T.label_noise(T.diff_facts(facts, pairs))
+    assert facts.count() == 2 * (1 + 2 + 4)  # count, two leaders, four assignments per run
+    assert diffs.count() == 0
+    verdicts = T.session_verdicts(pairs, summary, diffs).select("observed_run", "status", "diffs")
+    assertDataFrameEqual(verdicts, [("broker-3.9.1", "pass", 0)])
+
+
+def test_verdicts_name_what_differs_and_fail_without_expected_run(spark: SparkSession) -> None:
+    broker = one_run("broker-4.1.0", 1)
+    broker[6] = ev("broker-4.1.0", 6, "generation_completed", 2, "a", leader=True, assignment=["t-9"])
+    broker += [
+        ev("broker-4.1.0", 8, "rebalance_started", 2, "a"),
+        ev("broker-4.1.0", 9, "generation_completed", 3, "a", leader=True, assignment=["t-0"]),
+        ev("broker-4.1.0", 10, "generation_completed", 3, "b", assignment=["t-1", "t-2"]),
+        ev("broker-4.1.0", 11, "member_fenced", 3, "b", error_code=82),
+    ]
+    orphan = [ev("broker-4.1.0", 0, "member_joined", session="s2")]
+    events = frame(spark, one_run("reference", 1) + broker + orphan)
+    rebalances = T.observed_rebalances(events)
+    summary = T.run_summary(events, rebalances)
+    facts = T.run_facts(events, rebalances, T.member_assignments(events, rebalances))
+    pairs = T.comparison_pairs(summary, "reference")
+    diffs = T.label_noise(T.diff_facts(facts, pairs))
+    got = T.session_verdicts(pairs, summary, diffs).select(
+        "session_id",
+        "status",
+        "rebalance_count_delta",
+        "first_divergent_ordinal",
+        "members_changed",
+        "unexpected_fenced",
+        "error_changes",
+        "worst_aspect",
+    )
+    assertDataFrameEqual(
+        got,
+        [
+            ("s1", "differs", 1, 2, ["a", "b"], ["b"], ["b: - -> 82"], "fenced"),
+            ("s2", "failed", None, 1, [], [], [], "expected run missing"),
+        ],
+    )
+
+
+def test_client_dimension_prefers_client_software_then_join_versions(spark: SparkSession) -> None:
+    events = frame(
+        spark,
+        [
+            ev("reference", 0, "member_joined", member="a", session="s1", client_software="librdkafka/2.6.1"),
+            ev("reference", 1, "member_joined", member="b", session="s1", client_software="java/3.9.1"),
+            ev("reference", 0, "member_joined", member="a", session="s2", join_api_version=9),
+            ev("reference", 1, "member_joined", member="b", session="s2", join_api_version=5),
+        ],
+    )
+    assertDataFrameEqual(
+        T.session_clients(events),
+        [("s1", "java/3.9.1+librdkafka/2.6.1"), ("s2", "JoinGroup v5+v9")],
+    )
+
+
+def test_matrix_counts_statuses_per_scenario_client_and_broker(spark: SparkSession) -> None:
+    cols = (
+        "session_id string, scenario string, group_id string, observed_run string, status string, "
+        "diffs long, noise_diffs long, worst_severity int, worst_aspect string"
+    )
+    verdicts = spark.createDataFrame(
+        [
+            ("s1", "up", "g", "broker-3.9.1", "pass", 0, 2, None, None),
+            ("s2", "up", "g", "broker-3.9.1", "differs", 3, 0, 1, "assignment"),
+            ("s3", "up", "g", "broker-3.9.1", "differs", 1, 0, 5, "fenced"),
+            ("s4", "up", "g", "reference", "failed", 0, 0, 9, "never stabilized"),
+        ],
+        cols,
+    )
+    clients = spark.createDataFrame(
+        [("s1", "java/3.9.1"), ("s2", "java/3.9.1"), ("s3", "java/3.9.1"), ("s4", "java/3.9.1")],
+        "session_id string, client string",
+    )
+    got = T.compatibility_matrix(verdicts, clients).select(
+        "observed_run",
+        "broker_version",
+        "sessions",
+        "passed",
+        "differs",
+        "failed",
+        "noise_diffs",
+        "worst_aspect",
+        "worst_session",
+    )
+    assertDataFrameEqual(
+        got,
+        [
+            ("broker-3.9.1", "3.9.1", 3, 1, 2, 0, 2, "fenced", "s3"),
+            ("reference", "reference", 1, 0, 0, 1, 0, "never stabilized", "s4"),
+        ],
+    )
