@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -350,10 +351,16 @@ def stop_all() -> None:
 def _run_format(plan: LaunchPlan) -> None:
     result = subprocess.run(plan.format_command(), capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
+        output = result.stdout + result.stderr
+        causes = [line for line in output.splitlines() if _CAUSE.search(line)][:6]
         raise BrokerError(
             f"StorageTool format failed for Kafka {plan.kafka_version} (exit {result.returncode}):\n"
-            f"{(result.stdout + result.stderr)[-3000:]}"
+            + "\n".join(causes)
+            + f"\n--- output tail ---\n{output[-2000:]}"
         )
+
+
+_CAUSE = re.compile(r"Exception|ERROR|Caused by|Error:")
 
 
 def _wait_ready(plan: LaunchPlan, process: subprocess.Popen[bytes], timeout_ms: int) -> None:
@@ -409,7 +416,12 @@ def start_broker(
         )
         owns_work_dir = work_dir is None
         plan.write_files()
-        _run_format(plan)
+        try:
+            _run_format(plan)
+        except BaseException:
+            if owns_work_dir:
+                shutil.rmtree(plan.work_dir, ignore_errors=True)
+            raise
         with open(plan.log_path, "ab") as log:
             process = subprocess.Popen(
                 plan.broker_command(),

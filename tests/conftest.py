@@ -101,10 +101,12 @@ def container_engine() -> Iterator[object]:
     engine.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_container(container_engine: object) -> Iterator[object]:
     """Kafka 3.9.x (classic coordinator) in a locally built image, started by testcontainers.
 
+    Module-scoped (not session) so it does not stay up as a third broker beside the two the
+    factory may keep running.
     Yields an `ApacheKafkaContainer` with `.bootstrap` ("127.0.0.1:<mapped port>") and
     `.kafka_version`, like a Broker. The image is built once per machine (tag = hash of inputs).
     """
