@@ -1,0 +1,66 @@
+"""Replay against a real Kafka 3.9 broker (Maven jars, started by the harness fixtures).
+
+Every built-in scenario is replayed from a capture written through the proxy's capture writer;
+each uses its own group so that static members of one run cannot meet the next. Scaled real time
+(`speed`) shortens the scenario's gaps; the broker's own timeouts stay real, so the captures use a
+short rebalance timeout.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from group_replay import main as group_replay
+from harness.broker import Broker
+from proxy.capture.reader import read_capture
+from replay.engine import build_plan, replay_live, synthesize_capture
+from replay.events import read_jsonl
+from replay.scenario import builtin_names, load_builtin
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SPEED = 6.0
+
+
+def _capture(tmp_path: Path, name: str, **options: object) -> Path:
+    path = tmp_path / f"{name}.pcapng"
+    synthesize_capture(
+        path,
+        members=3,
+        group_id=f"{name}-{uuid.uuid4().hex[:8]}",
+        duration_ms=20_000,
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        **options,  # type: ignore[arg-type]
+    )
+    return path
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_builtin_scenario_on_kafka_39(name: str, kafka_39: Broker, tmp_path: Path) -> None:
+    plan = build_plan(read_capture(_capture(tmp_path, name)), name)
+    scenario = load_builtin(name)
+    result = replay_live(plan, scenario, address=kafka_39.bootstrap, run="broker-3.9.2", speed=SPEED)
+    assert result.failures == (), result.failures
+    assert {e.run for e in result.events} == {"broker-3.9.2"}
+    assert any(e.event == "generation_completed" for e in result.events)
+
+
+def test_cli_against_host_port_fails_a_wrong_expectation(kafka_39: Broker, tmp_path: Path) -> None:
+    capture = _capture(tmp_path, "wrong")
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(
+        "name: dynamic-bounce-no-rebalance\ndescription: wrong on purpose\nduration_ms: 5000\n"
+        "rolling: {start_ms: 5000, interval_ms: 5000, downtime_ms: 1000}\nexpect: {rebalances: 0}\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    argv = ["replay", str(capture), "--scenario", str(wrong), "--against", kafka_39.bootstrap]
+    code = group_replay([*argv, "--out", str(out), "--speed", str(SPEED), "--progress", "off"])
+    assert code == 1
+    rows = list(read_jsonl(out / "events.jsonl"))
+    assert {r.run for r in rows} == {"recorded", f"broker-{kafka_39.bootstrap}"}
+    live_rebalances = [r for r in rows if r.run != "recorded" and r.event == "rebalance_started"]
+    assert len(live_rebalances) > 1
