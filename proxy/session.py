@@ -15,6 +15,7 @@ the other side only when it is rewritten.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,6 +24,7 @@ from proxy.addressing import ADDRESS_API_KEYS, AddressRewriter
 from proxy.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     GROUP_API_KEYS,
+    KNOWN_API_KEYS,
     REQUEST_PREFIX_BYTES,
     CodecError,
     CorrelationError,
@@ -32,7 +34,6 @@ from proxy.wire import (
     RequestHeaderInfo,
     api_name,
     decode_request_body,
-    frame,
     peek_correlation_id,
     peek_request_header,
     peek_request_prefix,
@@ -134,17 +135,21 @@ class ProtocolViolation(Exception):
 # ---------------------------------------------------------------------------------------------
 # One direction of a connection
 
-Classify = Callable[[bytes, int], tuple[bool, bool]]
-Finish = Callable[[bytes | None], bytes | None]
+Classify = Callable[[bytes | bytearray, int, int], tuple[bool, bool]]
+Finish = Callable[[bytes], bytes | None]
+_SIZE = struct.Struct(">i")
 
 
 class _Direction:
     """Splits one direction's byte stream into frames, forwarding what it need not hold.
 
-    `classify(head, size)` is called once the first `head_bytes` of a frame (all of it, when
-    shorter) have arrived and returns (keep, hold): keep the whole frame for `finish`, and hold it
-    back from the other side until `finish` returns its replacement (hold implies keep).
-    `finish(frame)` gets the frame without its size prefix (None when not kept).
+    `classify(source, offset, size)` is called once the first `head_bytes` of a frame (all of it,
+    when shorter) are available at `source[offset:]`; it returns (keep, hold): keep the whole frame
+    for `finish`, and hold it back from the other side until `finish` returns its replacement
+    (hold implies keep). `finish(frame)` gets the frame without its size prefix.
+
+    A frame that lies wholly inside one input chunk and is not kept costs one struct unpack and one
+    classify call: nothing is buffered or copied, and the chunk is forwarded as it came.
     """
 
     __slots__ = ("_buf", "_classify", "_finish", "_head_bytes", "_hold", "_keep", "_max", "_remaining")
@@ -164,12 +169,18 @@ class _Direction:
         """Bytes held back that do not yet make a whole frame."""
         return len(self._buf)
 
+    def _check_size(self, size: int) -> None:
+        if size < 0:
+            raise FrameError(f"negative frame size {size}")
+        raise FrameError(f"frame size {size} exceeds the maximum of {self._max} bytes")
+
     def _complete(self, out: list[bytes]) -> None:
         buf = self._buf
-        payload = bytes(memoryview(buf)[4:]) if self._keep else None
-        replacement = self._finish(payload)
-        if self._hold:
-            out.append(frame(replacement if replacement is not None else payload or b""))
+        if self._keep:
+            payload = bytes(memoryview(buf)[4:])
+            replacement = self._finish(payload)
+            if self._hold:
+                out.append(_SIZE.pack(len(replacement or payload)) + (replacement or payload))
         del buf[:]
         self._keep = self._hold = False
 
@@ -183,9 +194,12 @@ class _Direction:
         frame_start = 0  # where the current frame's bytes start within data
         carried = 0 if self._remaining else len(buf)  # undecided header bytes from earlier chunks
         head_bytes = self._head_bytes
+        maximum = self._max
+        classify = self._classify
+        unpack = _SIZE.unpack_from
         while pos < n:
             if self._remaining:
-                take = min(self._remaining, n - pos)
+                take = self._remaining if self._remaining < n - pos else n - pos
                 if self._keep:
                     buf += data[pos : pos + take]
                 pos += take
@@ -199,6 +213,39 @@ class _Direction:
             if not buf:
                 frame_start = pos
                 carried = 0
+                if n - pos >= 4:
+                    # Fast path: the size prefix and head are in this chunk; read them in place.
+                    (size,) = unpack(data, pos)
+                    if size < 0 or size > maximum:
+                        self._check_size(size)
+                    head_len = size if size < head_bytes else head_bytes
+                    if n - pos - 4 >= head_len:
+                        keep, hold = classify(data, pos + 4, size)
+                        if not keep:
+                            if n - pos - 4 >= size:
+                                pos += 4 + size  # an opaque frame wholly in this chunk
+                            else:
+                                self._remaining = size - (n - pos - 4)
+                                pos = n
+                            continue
+                        keep = True
+                        self._keep, self._hold = keep, hold
+                        if hold:
+                            if fwd is not None and pos > fwd:
+                                out.append(data[fwd:pos])
+                            fwd = None
+                        if n - pos - 4 >= size:
+                            buf += data[pos : pos + 4 + size]
+                            pos += 4 + size
+                            self._complete(out)
+                            if fwd is None:
+                                fwd = pos
+                        else:
+                            buf += data[pos:]
+                            self._remaining = size - (n - pos - 4)
+                            pos = n
+                        continue
+            # Slow path: the prefix or head straddles chunks; gather it in buf.
             have = len(buf)
             if have < 4:
                 take = min(4 - have, n - pos)
@@ -206,11 +253,9 @@ class _Direction:
                 pos += take
                 if len(buf) < 4:
                     break
-            size = int.from_bytes(buf[:4], "big", signed=True)
-            if size < 0:
-                raise FrameError(f"negative frame size {size}")
-            if size > self._max:
-                raise FrameError(f"frame size {size} exceeds the maximum of {self._max} bytes")
+            (size,) = unpack(buf, 0)
+            if size < 0 or size > maximum:
+                self._check_size(size)
             head_len = size if size < head_bytes else head_bytes
             missing = 4 + head_len - len(buf)
             if missing > 0:
@@ -219,7 +264,7 @@ class _Direction:
                 pos += take
                 if take < missing:
                     break
-            keep, hold = self._classify(bytes(buf[4:]), size)
+            keep, hold = classify(buf, 4, size)
             keep = keep or hold
             self._keep, self._hold = keep, hold
             if hold:
@@ -268,6 +313,7 @@ class ProxySession:
         self.conn = conn
         self.record = record
         self.policy: RewritePolicy = policy if policy is not None else PassThrough()
+        self._passthrough = type(self.policy) is PassThrough  # skip the hook calls entirely
         self.addresses = addresses
         self.table = CorrelationTable()
         self.closed: str | None = None
@@ -321,47 +367,48 @@ class ProxySession:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _classify_request(self, head: bytes, size: int) -> tuple[bool, bool]:
+    def _classify_request(self, source: bytes | bytearray, offset: int, size: int) -> tuple[bool, bool]:
         if size < REQUEST_PREFIX_BYTES:
             raise ProtocolViolation(f"truncated request header ({size} bytes)")
-        api_key, api_version, correlation_id = peek_request_prefix(head)
-        if api_name(api_key).startswith("Unknown"):
+        api_key, api_version, correlation_id = peek_request_prefix(source, offset)
+        if api_key not in KNOWN_API_KEYS:
             raise ProtocolViolation(f"unknown api_key {api_key} (correlation_id={correlation_id})")
         decoded = api_key in GROUP_API_KEYS
         if decoded and not supports(api_key, api_version):
             raise ProtocolViolation(
                 f"{api_name(api_key)} v{api_version} is not a version group-replay can decode"
             )
-        self._request_prefix = (api_key, api_version, correlation_id)
-        hold = self.policy.wants_request(api_key, api_version)
-        return (self.record or decoded or hold), hold
+        hold = self._passthrough is False and self.policy.wants_request(api_key, api_version)
+        if self.record or decoded or hold:
+            self._request_prefix = (api_key, api_version, correlation_id)
+            return True, hold
+        # Opaque: the prefix is all the proxy reads; the request is paired here and now.
+        self.table.add(
+            PendingRequest(
+                api_key, api_version, correlation_id, self.client_id, api_version, None, self._now_ns
+            )
+        )
+        return False, False
 
-    def _finish_request(self, payload: bytes | None) -> bytes | None:
+    def _finish_request(self, payload: bytes) -> bytes | None:
         api_key, api_version, correlation_id = self._request_prefix
         group_id: str | None = None
         upstream_payload = payload
         upstream_version = api_version
-        if payload is not None:
-            header = peek_request_header(payload)
-            self.client_id = header.client_id
-            if api_key in GROUP_API_KEYS:
-                group_id = request_group_id(api_key, decode_request_body(header, payload))
-            if self.policy.wants_request(api_key, api_version):
-                upstream_payload = self.policy.on_request(header, payload)
-                if upstream_payload is not payload:
-                    upstream_version = peek_request_prefix(upstream_payload)[1]
+        header = peek_request_header(payload)
+        self.client_id = header.client_id
+        if api_key in GROUP_API_KEYS:
+            group_id = request_group_id(api_key, decode_request_body(header, payload))
+        if not self._passthrough and self.policy.wants_request(api_key, api_version):
+            upstream_payload = self.policy.on_request(header, payload)
+            if upstream_payload is not payload:
+                upstream_version = peek_request_prefix(upstream_payload)[1]
         self.table.add(
             PendingRequest(
-                api_key=api_key,
-                api_version=api_version,
-                correlation_id=correlation_id,
-                client_id=self.client_id,
-                upstream_api_version=upstream_version,
-                group_id=group_id,
-                sent_ns=self._now_ns,
+                api_key, api_version, correlation_id, self.client_id, upstream_version, group_id, self._now_ns
             )
         )
-        if self.record and payload is not None and upstream_payload is not None:
+        if self.record:
             self._events.append(
                 Record(
                     conn=self.conn,
@@ -381,20 +428,18 @@ class ProxySession:
 
     # -- responses -----------------------------------------------------------------------------
 
-    def _classify_response(self, head: bytes, size: int) -> tuple[bool, bool]:
+    def _classify_response(self, source: bytes | bytearray, offset: int, size: int) -> tuple[bool, bool]:
         if size < 4:
             raise ProtocolViolation(f"truncated response header ({size} bytes)")
-        request = self.table.pop(peek_correlation_id(head))
+        request = self.table.pop(peek_correlation_id(source, offset))
         self._response_for = request
-        self._response_policy = self.policy.wants_response(request)
+        self._response_policy = self._passthrough is False and self.policy.wants_response(request)
         hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)
         return self.record or hold, hold
 
-    def _finish_response(self, payload: bytes | None) -> bytes | None:
+    def _finish_response(self, payload: bytes) -> bytes | None:
         request = self._response_for
         assert request is not None
-        if payload is None:
-            return None
         client_payload = payload
         if self._response_policy:
             client_payload = self.policy.on_response(request, client_payload)

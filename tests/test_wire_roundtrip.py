@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from proxy.session import ProxySession, Record, SendUpstream
 from proxy.wire import (
     GROUP_API_KEYS,
     ApiKey,
+    CodecError,
     FrameDecoder,
     api_name,
     decode_request,
@@ -51,7 +52,13 @@ def test_request_round_trip(api_key: int, api_version: int, data: st.DataObject,
     decoder = FrameDecoder()
     frames = [f for chunk in _split(wire, cuts) for f in decoder.feed(chunk)]
     assert len(frames) == 1 and decoder.buffered == 0
-    header, decoded = decode_request(frames[0])
+    try:
+        header, decoded = decode_request(frames[0])
+    except CodecError as exc:
+        # kio 0.6.5 encodes i64 millisecond durations (OffsetCommit v2-4 retention_time) that
+        # its own decoder cannot turn back into a timedelta; real clients send -1 there.
+        assume("timedelta milliseconds overflow" not in str(exc))
+        raise
     assert decoded == entity
     assert (header.api_key, header.api_version, header.correlation_id) == (api_key, api_version, 123)
     assert header.client_id == client_id and peek_request_header(frames[0]) == header

@@ -5,7 +5,7 @@ socket, starts a thread or reads a clock. Everything the rest of group-replay kn
 Kafka message layouts comes from kio, which is generated from Kafka's own JSON schemas.
 """
 
-from proxy.wire.apis import GROUP_API_KEYS, ApiKey, api_name
+from proxy.wire.apis import GROUP_API_KEYS, KNOWN_API_KEYS, ApiKey, api_name
 from proxy.wire.codec import (
     CodecError,
     UnsupportedVersion,
@@ -36,6 +36,7 @@ from proxy.wire.headers import (
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "GROUP_API_KEYS",
+    "KNOWN_API_KEYS",
     "REQUEST_PREFIX_BYTES",
     "ApiKey",
     "CodecError",

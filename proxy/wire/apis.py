@@ -45,6 +45,10 @@ GROUP_API_KEYS: frozenset[int] = frozenset(
 )
 
 
+# Every API key kio has a schema for (Kafka's message JSON); anything else cannot be Kafka.
+KNOWN_API_KEYS: frozenset[int] = frozenset(api_key_map)
+
+
 def api_name(api_key: int) -> str:
     """Kafka's name for an API key (`JoinGroup`), or `Unknown(N)`."""
     try:

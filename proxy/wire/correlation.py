@@ -9,7 +9,7 @@ Produce requests with acks=0, which get no response at all and are skipped over.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from proxy.wire.apis import ApiKey
 
@@ -23,9 +23,12 @@ class CorrelationError(ValueError):
     """A response that does not answer the oldest pending request of its connection."""
 
 
-@dataclass(frozen=True, slots=True)
-class PendingRequest:
-    """What a response needs from its request: how to decode it and how to label it."""
+class PendingRequest(NamedTuple):
+    """What a response needs from its request: how to decode it and how to label it.
+
+    A NamedTuple rather than a frozen dataclass: one is built per relayed request, and tuple
+    construction is about three times cheaper on that hot path.
+    """
 
     api_key: int
     api_version: int  # the version the client sent (what the client expects back)

@@ -82,11 +82,11 @@ def peek_request_header(frame: bytes) -> RequestHeaderInfo:
     return RequestHeaderInfo(api_key, api_version, correlation_id, client_id, offset)
 
 
-def peek_correlation_id(frame: bytes) -> int:
+def peek_correlation_id(frame: bytes | bytearray, offset: int = 0) -> int:
     """A response frame's correlation id (the first field of every response header)."""
-    if len(frame) < 4:
-        raise FrameError(f"truncated response header ({len(frame)} bytes)")
-    return int(_CORRELATION.unpack_from(frame, 0)[0])
+    if len(frame) - offset < 4:
+        raise FrameError(f"truncated response header ({len(frame) - offset} bytes)")
+    return int(_CORRELATION.unpack_from(frame, offset)[0])
 
 
 @lru_cache(maxsize=4096)
@@ -113,11 +113,14 @@ _REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 REQUEST_PREFIX_BYTES = _REQUEST_PREFIX.size
 
 
-def peek_request_prefix(frame: bytes) -> tuple[int, int, int]:
-    """(api_key, api_version, correlation_id): the fast path's whole parse of an opaque request."""
-    if len(frame) < _REQUEST_PREFIX.size:
-        raise FrameError(f"truncated request header ({len(frame)} bytes)")
-    api_key, api_version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
+def peek_request_prefix(frame: bytes | bytearray, offset: int = 0) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id): the fast path's whole parse of an opaque request.
+
+    `offset` lets the relay read a frame in place inside a larger buffer, without a copy.
+    """
+    if len(frame) - offset < _REQUEST_PREFIX.size:
+        raise FrameError(f"truncated request header ({len(frame) - offset} bytes)")
+    api_key, api_version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, offset)
     return int(api_key), int(api_version), int(correlation_id)
 
 
