@@ -1,0 +1,120 @@
+"""The live proxy with a rewrite policy, between real Java 3.9 consumers and a real 3.9 broker.
+
+Policy: re-encode JoinGroup to v5 (the `reason` field may drop). The capture's two legs show each
+JoinGroup as the client sent it (v9) and as the broker saw it (v5); a static member that rejoins
+after a bounce gets no SkipAssignment, because a v5 coordinator cannot say it (KIP-814).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.admin import create_topic
+from harness.clients import ClientKind, ConsumerSpec, start_consumer
+from harness.lines import KAFKA_39
+from proxy.capture.reader import exchanges, read_capture
+from proxy.wire import ApiKey
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+POLICY = """\
+name: joingroup-v5
+reencode: {JoinGroup: 5}
+allow_drop: [reason]
+"""
+
+
+def _start_proxy(upstream: str, record: Path, policy: Path) -> tuple[subprocess.Popen[str], str]:
+    command = [
+        sys.executable,
+        "-m",
+        "group_replay",
+        "proxy",
+        "--upstream",
+        upstream,
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    process = subprocess.Popen(
+        [*command, "--record", str(record), "--policy", str(policy)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("proxy listening on "):
+        process.kill()
+        raise RuntimeError(f"proxy did not start: {line!r} {process.stderr.read() if process.stderr else ''}")
+    return process, line.split()[3]
+
+
+@pytest.mark.timeout(400)
+def test_java_group_behind_a_joingroup_v5_proxy(broker_factory, tmp_path: Path) -> None:
+    broker = broker_factory(KAFKA_39, new_coordinator=False)
+    topic = f"rw-{os.getpid()}"
+    create_topic(broker.bootstrap, topic, 4)
+    policy = tmp_path / "joingroup-v5.yaml"
+    policy.write_text(POLICY, encoding="utf-8")
+    capture_path = tmp_path / "rewrite.pcapng"
+    proxy, bootstrap = _start_proxy(broker.bootstrap, capture_path, policy)
+    specs = [
+        ConsumerSpec(
+            ClientKind.JAVA,
+            bootstrap,
+            group_id=f"g-{topic}",
+            topics=(topic,),
+            group_instance_id=f"inst-{i}",
+            client_id=f"java-{i}",
+            session_timeout_ms=30_000,
+        )
+        for i in range(2)
+    ]
+    consumers = []
+    try:
+        for spec in specs:
+            consumer = start_consumer(spec)
+            consumers.append(consumer)
+            consumer.wait_for(lambda e: e.event == "assigned" and bool(e.partitions), 120_000)
+        # Static bounce of every member, one after the other: one of them is the leader.
+        for index, spec in enumerate(specs):
+            consumers[index].stop()
+            consumers[index] = start_consumer(spec)
+            consumers[index].wait_for(lambda e: e.event == "assigned" and bool(e.partitions), 120_000)
+    finally:
+        for consumer in consumers:
+            consumer.stop()
+        proxy.send_signal(signal.SIGTERM)
+        _, log = proxy.communicate(timeout=60)
+    assert "Traceback" not in log, log
+
+    capture = read_capture(capture_path)
+    assert capture.header["policy"] == "joingroup-v5"
+    client_joins = [ex for ex in exchanges(capture, "client") if ex.request.api_key == ApiKey.JOIN_GROUP]
+    upstream_joins = [ex for ex in exchanges(capture, "upstream") if ex.request.api_key == ApiKey.JOIN_GROUP]
+    assert client_joins and len(client_joins) == len(upstream_joins)
+    assert {ex.request.api_version for ex in client_joins} == {9}
+    assert {ex.request.api_version for ex in upstream_joins} == {5}
+    assert all(ex.request.rewritten for ex in client_joins)
+
+    responses = [ex.decode() for ex in client_joins if ex.response is not None]
+    # Each member joined twice (start and rejoin), and the rejoins got answers in v9 without
+    # SkipAssignment: the v5 coordinator names the old leader, so no rejoiner runs an assignment.
+    rejoins = [
+        (request, response)
+        for request, response in responses
+        if int(response.error_code) == 0 and request.member_id == "" and request.group_instance_id
+    ]
+    instance_ids = [request.group_instance_id for request, _ in rejoins]
+    assert sorted(set(instance_ids)) == ["inst-0", "inst-1"]
+    assert len(instance_ids) >= 4
+    assert not any(response.skip_assignment for _, response in responses)
+    stable_rejoins = [r for _, r in rejoins if r.leader != r.member_id]
+    assert stable_rejoins, "a static rejoin of a stable group names the old leader"
