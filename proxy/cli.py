@@ -94,7 +94,11 @@ def main(argv: list[str]) -> int:
         max_frame_bytes=args.max_frame_bytes,
     )
     if args.policy:
-        config.policy = _load_policy(args.policy)
+        try:
+            config.policy = _load_policy(args.policy)
+        except ValueError as exc:  # proxy.rewrite.PolicyError names the file, line and field
+            print(f"group-replay proxy: {exc}", file=sys.stderr)
+            return 2
     try:
         asyncio.run(_run(config, args.record))
     except OSError as exc:
