@@ -1,7 +1,9 @@
 """A real single-node Kafka broker, run as a `java` process from Maven Central jars.
 
 KRaft lines run one process as broker+controller on two free 127.0.0.1 ports, with storage
-formatted by `kafka.tools.StorageTool` in a fresh temp dir. Ready means the PLAINTEXT listener
+formatted by `kafka.tools.StorageTool` in a fresh temp dir. ZooKeeper-era lines (2.4 - 3.2) run
+ZooKeeper's QuorumPeerMain from the same classpath first, then the broker with a chroot on it.
+Ready means the PLAINTEXT listener
 answers ApiVersions. Every broker this process starts is stopped on `stop()`, on leaving its
 `with` block, at interpreter exit (atexit), and, if this process dies hard, by the kernel
 (PR_SET_PDEATHSIG), so no test run leaves an orphan JVM behind.
@@ -96,11 +98,12 @@ class BrokerState:
     log_path: str
     new_coordinator: bool
     started_at_ms: int
+    zookeeper_pid: int | None = None  # ZooKeeper-mode lines only
 
     @classmethod
     def from_json(cls, text: str) -> BrokerState:
         data: dict[str, Any] = json.loads(text)
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data or k != "zookeeper_pid"})
 
 
 def _free_port() -> int:
@@ -194,10 +197,32 @@ class LaunchPlan:
     def broker_command(self) -> list[str]:
         return self.java_command("kafka.Kafka", str(self.config_path))
 
+    @property
+    def zookeeper_config_path(self) -> Path:
+        return self.work_dir / "zookeeper.properties"
+
+    @property
+    def zookeeper_log_path(self) -> Path:
+        return self.work_dir / "zookeeper.log"
+
+    def zookeeper_command(self) -> list[str]:
+        """Standalone ZooKeeper (QuorumPeerMain with no server.N lines) from the broker's classpath."""
+        return self.java_command(
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.zookeeper_config_path)
+        )
+
     def write_files(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "logs").mkdir(exist_ok=True)
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
+        if self.line.mode is Mode.ZOOKEEPER:
+            self.zookeeper_config_path.write_text(
+                f"dataDir={self.work_dir / 'zookeeper'}\n"
+                f"clientPort={self.controller_port}\n"
+                "clientPortAddress=127.0.0.1\n"
+                "maxClientCnxns=0\n"
+                "admin.enableServer=false\n"
+            )
         (self.work_dir / "log4j.properties").write_text(_LOG4J1)
         (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
 
@@ -213,11 +238,8 @@ def plan_broker(
 ) -> LaunchPlan:
     """Fetch the jars (once) and lay out the config for a broker; nothing is started yet."""
     line = line_for(kafka_version)
-    if line.mode is Mode.ZOOKEEPER or not line.implemented:
-        raise BrokerError(
-            f"Kafka {kafka_version} runs in ZooKeeper mode, which the harness does not launch yet "
-            "(KRaft lines 3.3+ and 4.x are supported)"
-        )
+    if not line.implemented:
+        raise BrokerError(f"the harness cannot launch Kafka {line.name} ({line.mode.value}) yet")
     coordinator_settings = line.coordinator_key(new_coordinator)  # ValueError if impossible
     libs = broker_libs(kafka_version, progress)
     if work_dir is None:
@@ -225,15 +247,27 @@ def plan_broker(
     port, controller_port = _free_port(), _free_port()
     while controller_port == port:
         controller_port = _free_port()
+    if line.mode is Mode.KRAFT:
+        mode_settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        }
+    else:  # ZooKeeper mode: controller_port is ZooKeeper's client port; the broker makes the chroot
+        mode_settings = {
+            "broker.id": "0",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "zookeeper.connect": f"127.0.0.1:{controller_port}/kafka",
+            "zookeeper.connection.timeout.ms": "30000",
+        }
     properties = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        **mode_settings,
         "log.dirs": str(work_dir / "data"),
         **TEST_SETTINGS,
         **coordinator_settings,
@@ -263,6 +297,7 @@ class Broker:
     plan: LaunchPlan
     process: subprocess.Popen[bytes]
     owns_work_dir: bool
+    zookeeper: subprocess.Popen[bytes] | None = None
     started_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     _stopped: bool = False
 
@@ -300,6 +335,7 @@ class Broker:
             log_path=str(self.plan.log_path),
             new_coordinator=self.new_coordinator,
             started_at_ms=self.started_at_ms,
+            zookeeper_pid=None if self.zookeeper is None else self.zookeeper.pid,
         )
 
     def is_running(self) -> bool:
@@ -310,6 +346,8 @@ class Broker:
         if not self._stopped:
             self._stopped = True
             _terminate(self.process, timeout_ms)
+            if self.zookeeper is not None:  # after the broker, so it can deregister cleanly
+                _terminate(self.zookeeper, timeout_ms)
             with _LIVE_LOCK:
                 _LIVE.discard(self)
             if remove_data and self.owns_work_dir:
@@ -384,6 +422,36 @@ def _wait_ready(plan: LaunchPlan, process: subprocess.Popen[bytes], timeout_ms: 
     )
 
 
+def _start_zookeeper(plan: LaunchPlan, detach: bool) -> subprocess.Popen[bytes]:
+    """Start ZooKeeper and wait until its client port accepts connections."""
+    with open(plan.zookeeper_log_path, "ab") as log:
+        process = subprocess.Popen(
+            plan.zookeeper_command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=plan.work_dir,
+            start_new_session=detach,
+            preexec_fn=None if detach else _die_with_parent,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BrokerError(
+                f"ZooKeeper for Kafka {plan.kafka_version} exited with {process.returncode}:\n"
+                f"{_log_tail(plan.zookeeper_log_path)}"
+            )
+        try:
+            with socket.create_connection(("127.0.0.1", plan.controller_port), timeout=1):
+                return process
+        except OSError:
+            time.sleep(0.2)
+    _terminate(process, 5000)
+    raise BrokerError(
+        f"ZooKeeper did not listen on {plan.controller_port}:\n{_log_tail(plan.zookeeper_log_path)}"
+    )
+
+
 def _port_clash(plan: LaunchPlan) -> bool:
     return "Address already in use" in _log_tail(plan.log_path, 200)
 
@@ -416,8 +484,12 @@ def start_broker(
         )
         owns_work_dir = work_dir is None
         plan.write_files()
+        zookeeper = None
         try:
-            _run_format(plan)
+            if plan.line.mode is Mode.KRAFT:
+                _run_format(plan)
+            else:
+                zookeeper = _start_zookeeper(plan, detach)
         except BaseException:
             if owns_work_dir:
                 shutil.rmtree(plan.work_dir, ignore_errors=True)
@@ -432,7 +504,9 @@ def start_broker(
                 start_new_session=detach,
                 preexec_fn=None if detach else _die_with_parent,
             )
-        broker = Broker(plan=plan, process=process, owns_work_dir=owns_work_dir and not detach)
+        broker = Broker(
+            plan=plan, process=process, owns_work_dir=owns_work_dir and not detach, zookeeper=zookeeper
+        )
         if not detach:
             with _LIVE_LOCK:
                 _LIVE.add(broker)
@@ -497,17 +571,25 @@ def find_running(kafka_version: str | None = None) -> list[BrokerState]:
 
 def stop_detached(state: BrokerState, timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> bool:
     """SIGTERM then SIGKILL a detached broker by pid; removes its state file and data dir."""
-    stopped = False
-    if pid_alive(state.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(state.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_ms / 1000
-        while pid_alive(state.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if pid_alive(state.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(state.pid, signal.SIGKILL)
-        stopped = True
+    stopped = _kill_pid(state.pid, timeout_ms)
+    if state.zookeeper_pid is not None:
+        _kill_pid(state.zookeeper_pid, timeout_ms)
     state_path(state.kafka_version).unlink(missing_ok=True)
     shutil.rmtree(state.data_dir, ignore_errors=True)
+    return stopped
+
+
+def _kill_pid(pid: int, timeout_ms: int) -> bool:
+    """SIGTERM, then SIGKILL after `timeout_ms`; True if the process was alive."""
+    stopped = False
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        stopped = True
     return stopped

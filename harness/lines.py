@@ -84,7 +84,6 @@ def _zk(major: int, minor: int) -> KafkaLine:
         "kafka-zk.xml",
         LogBinding.RELOAD4J,
         Coordinators.CLASSIC_ONLY,
-        implemented=False,
     )
 
 
