@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from proxy.addressing import ADDRESS_API_KEYS, AddressRewriter
 from proxy.wire import (
@@ -97,9 +97,11 @@ class SendClient:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One Kafka frame as each leg saw it (the same object twice when nothing rewrote it)."""
+class Record(NamedTuple):
+    """One Kafka frame as each leg saw it (the same object twice when nothing rewrote it).
+
+    A NamedTuple: one is built per recorded frame, on the event loop's hot path.
+    """
 
     conn: int
     direction: str  # "request" | "response"
@@ -115,9 +117,8 @@ class Record:
 
     @property
     def rewritten(self) -> bool:
-        return (
-            self.client_payload is not self.upstream_payload and self.client_payload != self.upstream_payload
-        )
+        same = self.client_payload is self.upstream_payload
+        return not same and self.client_payload != self.upstream_payload
 
 
 @dataclass(frozen=True, slots=True)

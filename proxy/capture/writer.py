@@ -23,7 +23,6 @@ import json
 import queue
 import struct
 import threading
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, Any
@@ -48,17 +47,6 @@ def tool_version() -> str:
         return version("group-replay")
     except PackageNotFoundError:
         return "unknown"
-
-
-def internet_checksum(data: bytes) -> int:
-    """RFC 1071 checksum. Sum of 16-bit words mod 0xFFFF equals the number mod 0xFFFF (2^16 = 1),
-    so one C-level big-int reduction replaces a Python loop over the words."""
-    if len(data) % 2:
-        data += b"\x00"
-    total = int.from_bytes(data, "big") % 0xFFFF
-    if total == 0 and any(data):
-        total = 0xFFFF
-    return 0xFFFF - total
 
 
 class _PcapNgBlocks(RawPcapNgWriter):
@@ -91,50 +79,103 @@ class _PcapNgBlocks(RawPcapNgWriter):
         return b"".join(blocks)
 
     def packet_block(self, packet: bytes, interface: int, ts_ns: int, comment: bytes | None) -> bytes:
-        body = struct.pack("<IIIII", interface, ts_ns >> 32, ts_ns & 0xFFFFFFFF, len(packet), len(packet))
-        options = None
-        if comment is not None:
-            options = self._option(1, comment) + struct.pack("<HH", 0, 0)
-        block: bytes = self.build_block(struct.pack("<I", 6), body + packet, options=options)
-        return block
+        """An Enhanced Packet Block (built in one pass: this runs twice per relayed frame)."""
+        caplen = len(packet)
+        pad = b"\x00" * (-caplen % 4)
+        if comment is None:
+            options = b""
+        else:
+            options = b"".join(
+                (
+                    struct.pack("<HH", 1, len(comment)),
+                    comment,
+                    b"\x00" * (-len(comment) % 4),
+                    b"\x00\x00\x00\x00",
+                )
+            )
+        total = 32 + caplen + len(pad) + len(options)
+        head = _EPB_HEAD.pack(6, total, interface, ts_ns >> 32, ts_ns & 0xFFFFFFFF, caplen, caplen)
+        return b"".join((head, packet, pad, options, struct.pack("<I", total)))
 
 
-@dataclass(slots=True)
+_HEADER = struct.Struct(">12sHBBHHHBBH4s4sHHIIBBHHH")  # Ethernet, IPv4 (no options), TCP (no options)
+_EPB_HEAD = struct.Struct("<IIIIIII")
+_OPT_END = b"\x00\x00\x00\x00"
+_WORDS = struct.Struct(">HH")
+
+
+def payload_sum(payload: bytes) -> int:
+    """The RFC 1071 word sum of a payload modulo 0xFFFF (one C-level big-int reduction)."""
+    if not payload:
+        return 0
+    return int.from_bytes(payload + b"\x00" if len(payload) & 1 else payload, "big") % 0xFFFF
+
+
+class _Side:
+    """One direction of a synthesized TCP connection, from a scapy-built header template.
+
+    Per packet only the IP total length, TCP seq/ack/flags and both checksums change. The RFC 1071
+    sum is linear modulo 0xFFFF, so the template's constant words are summed once here and each
+    packet adds only its own variable words and its payload (one big-int reduction in C).
+    """
+
+    __slots__ = ("dport", "dst", "ip_constant", "macs", "sport", "src", "tcp_constant")
+
+    def __init__(self, template: bytes) -> None:
+        self.macs = template[0:12]
+        self.src = template[26:30]
+        self.dst = template[30:34]
+        self.sport, self.dport = _WORDS.unpack_from(template, 34)
+        addresses = sum(_WORDS.unpack(self.src)) + sum(_WORDS.unpack(self.dst))
+        self.ip_constant = 0x4500 + 0x4000 + 0x4006 + addresses  # ver/ihl, DF, ttl 64 / proto 6
+        self.tcp_constant = addresses + 6 + self.sport + self.dport + 0xFFFF  # pseudo proto, window
+
+    def header(self, flags: int, seq: int, ack: int, length: int, body: int) -> bytes:
+        """`body`: the payload's word sum modulo 0xFFFF (`payload_sum`)."""
+        ip_sum = (self.ip_constant + 40 + length) % 0xFFFF
+        tcp_sum = (self.tcp_constant + 20 + length + seq + ack + (0x5000 | flags) + body) % 0xFFFF
+        return _HEADER.pack(
+            self.macs, 0x0800,
+            0x45, 0, 40 + length, 0, 0x4000, 64, 6, 0xFFFF - (ip_sum or 0xFFFF), self.src, self.dst,
+            self.sport, self.dport, seq, ack, 0x50, flags, 0xFFFF, 0xFFFF - (tcp_sum or 0xFFFF), 0,
+        )  # fmt: skip
+
+
 class _Stream:
-    """One synthesized TCP connection: header templates and the next seq of each side."""
+    """One synthesized TCP connection: both directions and the next seq of each side."""
 
-    to_server: bytearray  # Ethernet/IPv4/TCP header, client -> server
-    to_client: bytearray
-    client_seq: int = 1
-    server_seq: int = 1
+    __slots__ = ("client_seq", "server_seq", "to_client", "to_server")
 
-    def packet(self, to_server: bool, flags: int, payload: bytes) -> bytes:
-        template = self.to_server if to_server else self.to_client
-        seq, ack = (self.client_seq, self.server_seq) if to_server else (self.server_seq, self.client_seq)
-        header = bytearray(template)
-        struct.pack_into(">H", header, 16, 20 + 20 + len(payload))
-        header[24:26] = b"\x00\x00"
-        struct.pack_into(">H", header, 24, internet_checksum(bytes(header[14:34])))
-        struct.pack_into(">II", header, 38, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF)
-        header[47] = flags
-        header[50:52] = b"\x00\x00"
-        pseudo = bytes(header[26:34]) + struct.pack(">BBH", 0, 6, 20 + len(payload))
-        struct.pack_into(">H", header, 50, internet_checksum(pseudo + bytes(header[34:54]) + payload))
+    def __init__(self, to_server: bytes, to_client: bytes) -> None:
+        self.to_server = _Side(to_server)
+        self.to_client = _Side(to_client)
+        self.client_seq = 1
+        self.server_seq = 1
+
+    def packet(self, to_server: bool, flags: int, payload: bytes, body: int | None = None) -> bytes:
+        """A packet carrying `payload`; `body` is its `payload_sum` when already known."""
+        if body is None:
+            body = payload_sum(payload)
+        if to_server:
+            seq, ack, side = self.client_seq, self.server_seq, self.to_server
+        else:
+            seq, ack, side = self.server_seq, self.client_seq, self.to_client
+        header = side.header(flags, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, len(payload), body)
         advance = len(payload) + (1 if flags & (_FLAG_SYN | _FLAG_FIN) else 0)
         if to_server:
             self.client_seq += advance
         else:
             self.server_seq += advance
-        return bytes(header) + payload
+        return header + payload
 
 
-def _template(src_mac: str, dst_mac: str, src: tuple[str, int], dst: tuple[str, int]) -> bytearray:
+def _template(src_mac: str, dst_mac: str, src: tuple[str, int], dst: tuple[str, int]) -> bytes:
     packet = (
         Ether(src=src_mac, dst=dst_mac)
         / IP(src=src[0], dst=dst[0], ttl=64, flags="DF", id=0)
         / TCP(sport=src[1], dport=dst[1], flags="A", window=65535, seq=0, ack=0)
     )
-    return bytearray(bytes(packet))
+    return bytes(packet)
 
 
 def _client_endpoint(conn: int, leg_index: int) -> tuple[str, int]:
@@ -172,6 +213,7 @@ class CaptureWriter:
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._streams: dict[tuple[int, int], _Stream] = {}
         self._brokers: dict[str, int] = {}
+        self._json_cache: dict[str | None, str] = {}
         self.queued_bytes = 0  # written by the event loop thread only
         self.written_bytes = 0  # written by the writer thread only
         self.error: BaseException | None = None
@@ -284,33 +326,47 @@ class CaptureWriter:
                     )
                     out.append(blocks.packet_block(closing.packet(True, _FLAG_ACK, b""), leg, ts_ns, None))
 
+    def _json(self, text: str | None) -> str:
+        cached = self._json_cache.get(text)
+        if cached is None:
+            cached = json.dumps(text)
+            if len(self._json_cache) < 10_000:
+                self._json_cache[text] = cached
+        return cached
+
     def _write_frame(self, record: Record, out: list[bytes]) -> None:
         rewritten = record.rewritten
         to_server = record.direction == "request"
+        redacting = record.api_key in SASL_API_KEYS
+        common = (
+            f'{{"conn":{record.conn},"dir":"{record.direction}","api_key":{record.api_key},"api_version":'
+        )
+        tail = (
+            f',"correlation_id":{record.correlation_id},"client_id":{self._json(record.client_id)},'
+            f'"group_id":{self._json(record.group_id)},"ts_ns":{record.ts_ns},'
+            f'"rewritten":{"true" if rewritten else "false"}'
+        )
+        packet_block = self._blocks.packet_block
+        sums: dict[int, list[int]] = {}  # id(payload) -> segment sums, shared by identical legs
         for leg, payload, api_version in (
             (0, record.client_payload, record.api_version),
             (1, record.upstream_payload, record.upstream_api_version),
         ):
             stream = self._stream(record.conn, leg)
-            payload, redacted = _redact(record, payload, record.direction)
-            meta: dict[str, Any] = {
-                "conn": record.conn,
-                "dir": record.direction,
-                "api_key": record.api_key,
-                "api_version": api_version,
-                "correlation_id": record.correlation_id,
-                "client_id": record.client_id,
-                "group_id": record.group_id,
-                "ts_ns": record.ts_ns,
-                "rewritten": rewritten,
-            }
-            if redacted is not None:
-                meta["redacted_body_bytes"] = redacted
-            comment: bytes | None = json.dumps(meta, separators=(",", ":")).encode()
+            redacted = None
+            if redacting:
+                payload, redacted = _redact(record, payload, record.direction)
+            extra = "" if redacted is None else f',"redacted_body_bytes":{redacted}'
+            comment: bytes | None = f"{common}{api_version}{tail}{extra}}}".encode()
             data = struct.pack(">i", len(payload)) + payload
-            for start in range(0, len(data), MAX_SEGMENT):
-                segment = data[start : start + MAX_SEGMENT]
-                packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, segment)
-                out.append(self._blocks.packet_block(packet, leg, record.ts_ns, comment))
+            known = sums.get(id(payload))
+            segment_sums: list[int] = []
+            for index, start in enumerate(range(0, len(data), MAX_SEGMENT)):
+                segment = data[start : start + MAX_SEGMENT] if len(data) > MAX_SEGMENT else data
+                body = known[index] if known is not None else payload_sum(segment)
+                segment_sums.append(body)
+                packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, segment, body)
+                out.append(packet_block(packet, leg, record.ts_ns, comment))
                 comment = None
+            sums[id(payload)] = segment_sums
         self.written_bytes += len(record.client_payload)
