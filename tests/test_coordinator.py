@@ -244,18 +244,14 @@ def test_leave_v0_reports_the_member_error() -> None:
     assert sim.call(1, 0, Q.leave_group(0, "g", [("nobody", None)])).error_code == E.unknown_member_id
 
 
-@pytest.mark.parametrize(
-    ("behaviour", "top", "member"),
-    [
-        (KafkaBehaviour.SCALA_3_9, E.none, E.unknown_member_id),
-        (KafkaBehaviour.NEW_COORDINATOR, E.unknown_member_id, None),
-    ],
-)
-def test_leave_unknown_group_per_behaviour(behaviour: KafkaBehaviour, top: ErrorCode, member: Any) -> None:
+@pytest.mark.parametrize("behaviour", list(KafkaBehaviour))
+def test_leave_unknown_group_answers_per_member(behaviour: KafkaBehaviour) -> None:
+    """Scala handleLeaveGroup, and GroupCoordinatorService.leaveGroup mapping the new
+    coordinator's UnknownMemberIdException: per-member UNKNOWN_MEMBER_ID, top level NONE."""
     sim = Sim(config=CoordinatorConfig(kafka_behaviour=behaviour))
-    response = sim.call(1, 3, Q.leave_group(3, "nope", [("m", None)]))
-    assert response.error_code == top
-    assert [m.error_code for m in response.members] == ([] if member is None else [member])
+    response = sim.call(1, 3, Q.leave_group(3, "nope", [("m", None), ("", "i")]))
+    assert response.error_code == E.none
+    assert [m.error_code for m in response.members] == [E.unknown_member_id] * 2
 
 
 def test_validation_errors() -> None:

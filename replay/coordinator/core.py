@@ -938,14 +938,12 @@ class GroupCoordinator:
             return
         group = self.groups.get(request.group_id)
         if group is None:
-            if self.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR:
-                # classicGroupLeave throws UnknownMemberIdException: a top-level error.
-                self._respond(ctx, R.leave_group(api_version, UNKNOWN_MEMBER_ID, []))
-            else:
-                self._respond(
-                    ctx,
-                    R.leave_group(api_version, NONE, [(m, i, UNKNOWN_MEMBER_ID) for m, i in leaving]),
-                )
+            # Scala: per-member UNKNOWN_MEMBER_ID. The new coordinator's classicGroupLeave throws
+            # UnknownMemberIdException, which GroupCoordinatorService.leaveGroup turns back into
+            # the same per-member errors (checked against 3.9 and 4.x brokers).
+            self._respond(
+                ctx, R.leave_group(api_version, NONE, [(m, i, UNKNOWN_MEMBER_ID) for m, i in leaving])
+            )
             return
         if group.is_in(GroupState.DEAD):
             self._respond(ctx, R.leave_group(api_version, COORDINATOR_NOT_AVAILABLE, []))
