@@ -133,18 +133,19 @@ def read_capture(path: str | Path) -> Capture:
             payload, _ = tcp_payload(packet.data)
         except ValueError:
             continue
-        meta = None
+        metas: list[dict[str, Any]] = []
         for comment in packet.comments:
             try:
                 candidate = json.loads(comment)
             except ValueError:
                 continue
             if isinstance(candidate, dict) and "conn" in candidate:
-                meta = candidate
-        if current is not None and (meta is not None or not payload):
+                metas.append(candidate)
+        if current is not None and (metas or not payload):
             damage = damage or f"packet {index}: a frame of connection {current[0]['conn']} is incomplete"
             current = None
-        if meta is not None and "event" in meta:
+        if metas and "event" in metas[0]:
+            meta = metas[0]
             conn = int(meta["conn"])
             if meta["event"] == "open":
                 connections[conn] = Connection(conn, meta.get("client"), meta.get("upstream"), packet.ts_ns)
@@ -159,17 +160,32 @@ def read_capture(path: str | Path) -> Capture:
                     meta.get("reason"),
                 )
             continue
-        if meta is not None and "dir" in meta:
-            leg = names[packet.interface] if packet.interface < len(names) else str(packet.interface)
-            if len(payload) < 4:
-                damage = damage or f"packet {index}: frame without its size prefix"
+        leg = names[packet.interface] if packet.interface < len(names) else str(packet.interface)
+        if not metas:
+            if current is not None and payload:
+                current[2].extend(payload)
+                if len(current[2]) >= current[3]:
+                    finish()
+            continue
+        # One packet may carry several whole frames, one comment each, in order; only the last
+        # may continue into the following (uncommented) packets.
+        offset = 0
+        for number, meta in enumerate(metas):
+            if "dir" not in meta:
                 continue
-            expected = 4 + int.from_bytes(payload[:4], "big", signed=True)
-            current = (meta, leg, bytearray(payload), expected)
-        elif current is not None and payload:
-            current[2].extend(payload)
-        if current is not None and len(current[2]) >= current[3]:
-            finish()
+            if len(payload) - offset < 4:
+                damage = damage or f"packet {index}: frame without its size prefix"
+                break
+            expected = 4 + int.from_bytes(payload[offset : offset + 4], "big", signed=True)
+            take = min(expected, len(payload) - offset)
+            current = (meta, leg, bytearray(payload[offset : offset + take]), expected)
+            offset += take
+            if take == expected:
+                finish()
+            elif number != len(metas) - 1:
+                damage = damage or f"packet {index}: a frame of connection {meta['conn']} is cut short"
+                current = None
+                break
     if current is not None:
         damage = damage or f"the capture ends inside a frame of connection {current[0]['conn']}"
     return Capture(header=header, frames=frames, damage=damage, connections=connections)

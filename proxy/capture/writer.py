@@ -78,21 +78,20 @@ class _PcapNgBlocks(RawPcapNgWriter):
             blocks.append(self.build_block(struct.pack("<I", 1), idb_body, options=options))
         return b"".join(blocks)
 
-    def packet_block(self, packet: bytes, interface: int, ts_ns: int, comment: bytes | None) -> bytes:
-        """An Enhanced Packet Block (built in one pass: this runs twice per relayed frame)."""
+    def packet_block(
+        self, packet: bytes, interface: int, ts_ns: int, comments: bytes | list[bytes] | None
+    ) -> bytes:
+        """An Enhanced Packet Block (built in one pass: this runs for every synthesized packet)."""
         caplen = len(packet)
         pad = b"\x00" * (-caplen % 4)
-        if comment is None:
+        if comments is None:
             options = b""
         else:
-            options = b"".join(
-                (
-                    struct.pack("<HH", 1, len(comment)),
-                    comment,
-                    b"\x00" * (-len(comment) % 4),
-                    b"\x00\x00\x00\x00",
-                )
-            )
+            parts = []
+            for comment in [comments] if isinstance(comments, bytes) else comments:
+                parts += (struct.pack("<HH", 1, len(comment)), comment, b"\x00" * (-len(comment) % 4))
+            parts.append(_OPT_END)
+            options = b"".join(parts)
         total = 32 + caplen + len(pad) + len(options)
         head = _EPB_HEAD.pack(6, total, interface, ts_ns >> 32, ts_ns & 0xFFFFFFFF, caplen, caplen)
         return b"".join((head, packet, pad, options, struct.pack("<I", total)))
@@ -259,7 +258,15 @@ class CaptureWriter:
                     break
             out: list[bytes] = []
             stop = False
+            run: list[Record] = []
             for entry in batch:
+                if entry is not None and entry[0] == "frame":
+                    record = entry[1]
+                    if run and (run[0].conn != record.conn or run[0].direction != record.direction):
+                        self._flush_run(run, out)
+                    run.append(record)
+                    continue
+                self._flush_run(run, out)
                 if entry is None:
                     stop = True
                     break
@@ -267,6 +274,7 @@ class CaptureWriter:
                     self._write(entry, out)
                 except Exception as exc:  # keep recording the rest; remember the first failure
                     self.error = self.error or exc
+            self._flush_run(run, out)
             self._handle.write(b"".join(out))
             self._handle.flush()
             if stop:
@@ -294,7 +302,7 @@ class CaptureWriter:
         blocks = self._blocks
         match entry:
             case ("frame", record):
-                self._write_frame(record, out)
+                self._write_run([record], out)
             case ("open", conn, ts_ns, client, upstream):
                 for leg in (0, 1):
                     stream = self._stream(conn, leg, upstream)
@@ -334,39 +342,82 @@ class CaptureWriter:
                 self._json_cache[text] = cached
         return cached
 
-    def _write_frame(self, record: Record, out: list[bytes]) -> None:
-        rewritten = record.rewritten
-        to_server = record.direction == "request"
-        redacting = record.api_key in SASL_API_KEYS
-        common = (
-            f'{{"conn":{record.conn},"dir":"{record.direction}","api_key":{record.api_key},"api_version":'
-        )
-        tail = (
-            f',"correlation_id":{record.correlation_id},"client_id":{self._json(record.client_id)},'
-            f'"group_id":{self._json(record.group_id)},"ts_ns":{record.ts_ns},'
-            f'"rewritten":{"true" if rewritten else "false"}'
-        )
-        packet_block = self._blocks.packet_block
-        sums: dict[int, list[int]] = {}  # id(payload) -> segment sums, shared by identical legs
-        for leg, payload, api_version in (
-            (0, record.client_payload, record.api_version),
-            (1, record.upstream_payload, record.upstream_api_version),
-        ):
-            stream = self._stream(record.conn, leg)
+    def _flush_run(self, run: list[Record], out: list[bytes]) -> None:
+        if not run:
+            return
+        try:
+            self._write_run(run, out)
+        except Exception as exc:  # keep recording the rest; remember the first failure
+            self.error = self.error or exc
+        run.clear()
+
+    def _comment(self, record: Record, api_version: int, redacted: int | None) -> bytes:
+        extra = "" if redacted is None else f',"redacted_body_bytes":{redacted}'
+        return (
+            f'{{"conn":{record.conn},"dir":"{record.direction}","api_key":{record.api_key},'
+            f'"api_version":{api_version},"correlation_id":{record.correlation_id},'
+            f'"client_id":{self._json(record.client_id)},"group_id":{self._json(record.group_id)},'
+            f'"ts_ns":{record.ts_ns},"rewritten":{"true" if record.rewritten else "false"}{extra}}}'
+        ).encode()
+
+    def _segments(self, run: list[Record], leg: int) -> list[tuple[bytes, list[bytes], int, int]]:
+        """(payload, comments, payload sum, ts_ns) per packet for one leg of a run of frames.
+
+        Consecutive frames of one connection and direction share a packet (up to MAX_SEGMENT
+        bytes), each with its own JSON comment, in order; a larger frame spans several packets
+        and its comment rides on the first.
+        """
+        segments: list[tuple[bytes, list[bytes], int, int]] = []
+        parts: list[bytes] = []
+        comments: list[bytes] = []
+        size = 0
+        first_ts = 0
+
+        def flush() -> None:
+            nonlocal parts, comments, size
+            if parts:
+                data = b"".join(parts)
+                segments.append((data, comments, payload_sum(data), first_ts))
+            parts, comments, size = [], [], 0
+
+        for record in run:
+            payload = record.client_payload if leg == 0 else record.upstream_payload
+            api_version = record.api_version if leg == 0 else record.upstream_api_version
             redacted = None
-            if redacting:
+            if record.api_key in SASL_API_KEYS:
                 payload, redacted = _redact(record, payload, record.direction)
-            extra = "" if redacted is None else f',"redacted_body_bytes":{redacted}'
-            comment: bytes | None = f"{common}{api_version}{tail}{extra}}}".encode()
-            data = struct.pack(">i", len(payload)) + payload
-            known = sums.get(id(payload))
-            segment_sums: list[int] = []
-            for index, start in enumerate(range(0, len(data), MAX_SEGMENT)):
-                segment = data[start : start + MAX_SEGMENT] if len(data) > MAX_SEGMENT else data
-                body = known[index] if known is not None else payload_sum(segment)
-                segment_sums.append(body)
-                packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, segment, body)
-                out.append(packet_block(packet, leg, record.ts_ns, comment))
-                comment = None
-            sums[id(payload)] = segment_sums
-        self.written_bytes += len(record.client_payload)
+            comment = self._comment(record, api_version, redacted)
+            length = 4 + len(payload)
+            if size + length > MAX_SEGMENT:
+                flush()
+            if length > MAX_SEGMENT:
+                data = struct.pack(">i", len(payload)) + payload
+                first: list[bytes] = [comment]
+                for start in range(0, length, MAX_SEGMENT):
+                    piece = data[start : start + MAX_SEGMENT]
+                    segments.append((piece, first, payload_sum(piece), record.ts_ns))
+                    first = []
+                continue
+            if not parts:
+                first_ts = record.ts_ns
+            parts += (struct.pack(">i", len(payload)), payload)
+            comments.append(comment)
+            size += length
+        flush()
+        return segments
+
+    def _write_run(self, run: list[Record], out: list[bytes]) -> None:
+        to_server = run[0].direction == "request"
+        conn = run[0].conn
+        packet_block = self._blocks.packet_block
+        identical = all(
+            r.client_payload is r.upstream_payload and r.api_version == r.upstream_api_version for r in run
+        )
+        shared = self._segments(run, 0) if identical else None
+        for leg in (0, 1):
+            stream = self._stream(conn, leg)
+            segments = shared if shared is not None else self._segments(run, leg)
+            for data, comments, body, ts_ns in segments:
+                packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, data, body)
+                out.append(packet_block(packet, leg, ts_ns, comments or None))
+        self.written_bytes += sum(len(r.client_payload) for r in run)
