@@ -173,15 +173,20 @@ def _rows(frame: DataFrame) -> list[dict[str, Any]]:
 def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn = _no_stage) -> ReportData:
     """Run the whole job; raises InputError for unusable input. Writes Parquet when `out_dir`."""
     files = discover_inputs(options.inputs)
-    spark.conf.set(
-        "spark.sql.shuffle.partitions",
-        str(shuffle_partitions_for(files.total_bytes, spark.sparkContext.defaultParallelism)),
-    )
+    partitions = shuffle_partitions_for(files.total_bytes, spark.sparkContext.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     data = ReportData(expected_run=options.expected_run, inputs=[str(p) for p in options.inputs])
     keep = StorageLevel.MEMORY_AND_DISK
 
     with stage("read and check event rows"):
-        flagged = T.flag_bad_rows(read_events(spark, files)).persist(keep)
+        # One scan, one cached copy, partitioned by session: every later aggregation and join is
+        # keyed by (session_id, ...), so with requireAllClusterKeysForCoPartition off (see
+        # validator.session) they reuse this partitioning instead of shuffling again.
+        flagged = T.flag_bad_rows(read_events(spark, files))
+        flagged = flagged.withColumn(
+            "source_file", F.when(F.col("bad_reason").isNotNull(), F.col("source_file"))
+        )
+        flagged = flagged.repartition(partitions, "session_id").persist(keep)
         try:
             by_reason = flagged.groupBy("bad_reason").count().collect()
         except Exception as exc:  # schema mismatch in a Parquet file, unreadable file ...

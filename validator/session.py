@@ -51,7 +51,10 @@ def build_session(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
-        "spark.sql.adaptive.enabled": "true",
+        # Small, co-partitioned stages: AQE's re-planning costs more than it saves here.
+        "spark.sql.adaptive.enabled": "false",
+        # Joins on (session_id, ...) reuse a partitioning on session_id alone (see jobs.py).
+        "spark.sql.requireAllClusterKeysForCoPartition": "false",
         "spark.driver.memory": driver_memory,
         "spark.driver.extraJavaOptions": quiet,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -63,6 +66,8 @@ def build_session(
     # Settable at runtime too, so an existing (spark-submit) session gets them as well.
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
     return spark
 
 
