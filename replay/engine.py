@@ -269,6 +269,7 @@ class SimMember:
             versions.setdefault(api_key, COMPANION_VERSIONS[api_key][join_version])
         self.settings = _Incarnation(script.group_instance_id, versions)
         self.connection_id = 0
+        self._heartbeat_cache: tuple[tuple[int, int, str, str | None], Any] | None = None
 
     # -- identity -----------------------------------------------------------------------------
     @property
@@ -296,11 +297,18 @@ class SimMember:
         self.is_leader = False
         self.join(now_ms)
 
+    def restart(self, now_ms: int) -> None:
+        """A recorded reconnect: the process restarted (a static member sends no LeaveGroup)."""
+        self.stop(now_ms, leave=False)
+        self.start(now_ms)
+
     def stop(self, now_ms: int, leave: bool) -> None:
         if not self.running:
             return
         if leave and self.member_id:
             self.send(now_ms, LEAVE, self._leave_request())
+        if self.engine.on_close is not None:
+            self.engine.on_close(self.connection_id, now_ms)
         self.running = False
         self.state = "down"
         self.incarnation += 1  # responses still in flight belong to the old process
@@ -353,9 +361,22 @@ class SimMember:
 
     def send(self, now_ms: int, api_key: int, values: dict[str, Any]) -> None:
         api_version = self.version(api_key)
-        newest = request_schema(api_key, NEWEST[api_key])
-        entity = convert(_entity_from_mapping(newest, values), api_version).entity
+        if api_key == HEARTBEAT:
+            # a heartbeat is the same request until the generation or identity changes
+            key = (api_version, self.generation_id, self.member_id, self.settings.instance_id)
+            if self._heartbeat_cache is not None and self._heartbeat_cache[0] == key:
+                entity = self._heartbeat_cache[1]
+            else:
+                entity = self._build(api_key, api_version, values)
+                self._heartbeat_cache = (key, entity)
+        else:
+            entity = self._build(api_key, api_version, values)
         self.engine.submit(now_ms, _Pending(self, self.incarnation, api_key, api_version, entity, now_ms))
+
+    @staticmethod
+    def _build(api_key: int, api_version: int, values: dict[str, Any]) -> Any:
+        newest = request_schema(api_key, NEWEST[api_key])
+        return convert(_entity_from_mapping(newest, values), api_version).entity
 
     # -- responses ----------------------------------------------------------------------------
     def on_response(self, now_ms: int, pending: _Pending, response: Any) -> None:
@@ -533,6 +554,7 @@ class _Engine:
         self.window_start_ms = 0
         # (kind, now_ms, pending, response): a synthetic capture records the run through this
         self.recorder: Callable[[str, int, _Pending, Any], None] | None = None
+        self.on_close: Callable[[int, int], None] | None = None  # (connection_id, now_ms)
 
     def new_connection_id(self) -> int:
         self._connections += 1
@@ -619,7 +641,12 @@ class _Engine:
                 pending = self._pending.pop(
                     (output.context.connection_id, output.context.correlation_id), None
                 )
-                if pending is not None:
+                if pending is None:
+                    continue
+                if pending.api_key == HEARTBEAT:
+                    # a heartbeat answer only schedules the next beat: deliver it now (the hot path)
+                    self._deliver(now_ms, pending, output.response)
+                else:
                     self.at(now_ms, pending.member, partial(self._deliver_at, pending, output.response))
 
     def _deliver(self, now_ms: int, pending: _Pending, response: Any) -> None:
@@ -647,8 +674,8 @@ class _Engine:
         first_joins = [m.script.sessions[0].start_ms for m in self.members]
         settle_ms = max(first_joins) if first_joins else 0
         for member in self.members:
-            for session in member.script.sessions:
-                self.at(session.start_ms, member, member.start)
+            for index, session in enumerate(member.script.sessions):
+                self.at(session.start_ms, member, member.start if index == 0 else member.restart)
                 if session.stop_ms is not None:
                     self.at(session.stop_ms, member, partial(_stop_at, member, session.left))
         rolling = scenario.rolling
@@ -914,10 +941,13 @@ def synthesize_capture(
                 payload,
             )
         )
-        if kind == "request" and pending.api_key == LEAVE:
-            writer.close_connection(conn, ts_ns, "client closed")
+
+    def closed(conn: int, now_ms: int) -> None:
+        if conn in opened:
+            writer.close_connection(conn, base_ns + now_ms * 1_000_000, "client closed")
 
     engine.recorder = record
+    engine.on_close = closed
     try:
         engine.run()
     finally:

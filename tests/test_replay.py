@@ -150,3 +150,20 @@ def test_cli_writes_events_and_exits_by_expectations(dynamic_capture: Path, tmp_
     not_capture.write_bytes(json.dumps({"x": 1}).encode())
     assert group_replay(["replay", str(not_capture), "--out", str(out)]) == 2
     assert group_replay(["replay", str(tmp_path / "missing.pcapng"), "--out", str(out)]) == 2
+
+
+def test_as_recorded_replay_reproduces_a_recorded_static_bounce(tmp_path: Path) -> None:
+    path = tmp_path / "bounced.pcapng"
+    synthesize_capture(path, members=3, static=True, duration_ms=80_000, rolling_bounce=True)
+    plan = build_plan(read_capture(path), "bounced")
+    assert all(len(script.sessions) == 2 for script in plan.scripts)
+    recorded = recorded_events(plan)
+    replayed = replay_reference(plan).events
+
+    def summary(events: object) -> tuple[int, list[str]]:
+        rows = list(events)  # type: ignore[call-overload]
+        joins = sorted(e.member_key for e in rows if e.event == "member_joined")
+        return sum(e.event == "rebalance_started" for e in rows), joins
+
+    assert summary(recorded) == summary(replayed)
+    assert summary(replayed)[1].count("consumer-0") == 2
