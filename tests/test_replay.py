@@ -167,3 +167,15 @@ def test_as_recorded_replay_reproduces_a_recorded_static_bounce(tmp_path: Path) 
 
     assert summary(recorded) == summary(replayed)
     assert summary(replayed)[1].count("consumer-0") == 2
+
+
+def test_cli_replays_many_captures_at_once(
+    dynamic_capture: Path, static_capture: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "many"
+    argv = ["replay", str(dynamic_capture), str(static_capture), "--scenario", "static-leader-bounce"]
+    assert group_replay([*argv, "--out", str(out), "--progress", "off"]) == 0
+    rows = list(read_jsonl(out / "events.jsonl"))
+    assert {(r.session_id, r.run) for r in rows} == {
+        (session, run) for session in ("dynamic-group", "static-group") for run in ("recorded", "reference")
+    }
