@@ -118,16 +118,21 @@ class GroupCoordinator:
             DESCRIBE_GROUPS: self._describe_groups,
             LIST_GROUPS: self._list_groups,
         }
+        self._handler_by_type: dict[type[Any], Callable[[RequestContext, Any], None]] = {}
 
     # --- public API --------------------------------------------------------------------------
     def handle(self, now_ms: int, context: RequestContext, request: Any) -> list[Output]:
         """Process one request. Timers due at `now_ms` fire first (Kafka's timer thread runs
         concurrently; firing them first keeps runs deterministic)."""
         self._fire_due(now_ms)
-        api_key = int(type(request).__api_key__)
-        handler = self._handlers.get(api_key)
+        request_type = type(request)
+        handler = self._handler_by_type.get(request_type)
         if handler is None:
-            raise UnsupportedRequest(f"api_key {api_key} is not a group coordinator API")
+            api_key = int(request_type.__api_key__)
+            handler = self._handlers.get(api_key)
+            if handler is None:
+                raise UnsupportedRequest(f"api_key {api_key} is not a group coordinator API")
+            self._handler_by_type[request_type] = handler
         handler(context, request)
         out, self._out = self._out, []
         return out
@@ -150,6 +155,9 @@ class GroupCoordinator:
             self._now_ms = now_ms
         now = self._now_ms
         timers = self.timers
+        next_deadline = timers.next_deadline()
+        if next_deadline is None or next_deadline > now:
+            return
         while True:
             due = timers.pop_due(now)
             if due is None:
@@ -739,13 +747,15 @@ class GroupCoordinator:
     # --- heartbeats and removal --------------------------------------------------------------
     def _schedule_heartbeat(self, group: ClassicGroup, member: Member, timeout_ms: int) -> None:
         """completeAndScheduleNextExpiration: replaces the member's `heartbeat-` timer."""
-        group_id = group.group_id
-        member_id = member.member_id
-        self.timers.schedule(
-            heartbeat_key(group_id, member_id),
-            self._now_ms + timeout_ms,
-            lambda now: self._expire_heartbeat(group_id, member_id),
-        )
+        timer = member.heartbeat_timer
+        if timer is None:
+            group_id = group.group_id
+            member_id = member.member_id
+            timer = member.heartbeat_timer = (
+                heartbeat_key(group_id, member_id),
+                lambda now: self._expire_heartbeat(group_id, member_id),
+            )
+        self.timers.schedule(timer[0], self._now_ms + timeout_ms, timer[1])
 
     def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
         """GroupCoordinator.onExpireHeartbeat."""

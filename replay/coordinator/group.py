@@ -8,6 +8,7 @@ after the leader leaves, `members.keys.headOption`), this picks the oldest remai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replay.coordinator.types import (
@@ -38,6 +39,8 @@ class Member:
     awaiting_join: RequestContext | None = None
     awaiting_sync: RequestContext | None = None
     is_new: bool = False
+    # The `heartbeat-{group}-{member}` timer key and its expiry action, made once per member id.
+    heartbeat_timer: tuple[str, Callable[[int], None]] | None = None
 
     @property
     def is_static(self) -> bool:
@@ -95,6 +98,11 @@ class ClassicGroup:
     num_awaiting_join: int = 0
     supported_protocols: dict[str, int] = field(default_factory=dict)
     new_member_added: bool = False
+    # select_protocol is O(members); its answer only changes when some member's protocol names
+    # do, so it is cached per `protocol_epoch` (a static member rejoining a 1,000-member group
+    # with the same protocols must not recount every vote).
+    protocol_epoch: int = 0
+    _selected: tuple[int, str] | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
 
     # --- state -------------------------------------------------------------------------------
@@ -166,6 +174,7 @@ class ClassicGroup:
         """GroupMetadata.replaceStaticMember without the callbacks (the caller fences those)."""
         member = self.members.pop(old_member_id)
         member.member_id = new_member_id
+        member.heartbeat_timer = None
         self.members[new_member_id] = member
         if self.leader_id == old_member_id:
             self.leader_id = new_member_id
@@ -181,9 +190,10 @@ class ClassicGroup:
         awaiting_join: RequestContext | None,
     ) -> None:
         """GroupMetadata.updateMember."""
-        self._count_protocols(member.protocols, -1)
+        if [name for name, _ in member.protocols] != [name for name, _ in protocols]:
+            self._count_protocols(member.protocols, -1)
+            self._count_protocols(protocols, +1)
         member.protocols = protocols
-        self._count_protocols(protocols, +1)
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
         if awaiting_join is not None and member.awaiting_join is None:
@@ -227,6 +237,7 @@ class ClassicGroup:
 
     # --- protocols ---------------------------------------------------------------------------
     def _count_protocols(self, protocols: Protocols, delta: int) -> None:
+        self.protocol_epoch += 1
         counts = self.supported_protocols
         for name, _ in protocols:
             counts[name] = counts.get(name, 0) + delta
@@ -245,6 +256,9 @@ class ClassicGroup:
         wins. Kafka breaks ties by HashMap order; here the earliest vote wins."""
         if not self.members:
             raise AssertionError("cannot select a protocol for an empty group")
+        cached = self._selected
+        if cached is not None and cached[0] == self.protocol_epoch:
+            return cached[1]
         size = len(self.members)
         candidates = {name for name, count in self.supported_protocols.items() if count == size}
         votes: dict[str, int] = {}
@@ -252,7 +266,9 @@ class ClassicGroup:
             choice = member.vote(candidates)
             votes[choice] = votes.get(choice, 0) + 1
         best = max(votes.values())
-        return next(name for name, count in votes.items() if count == best)
+        selected = next(name for name, count in votes.items() if count == best)
+        self._selected = (self.protocol_epoch, selected)
+        return selected
 
     def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
         """GroupMetadata.currentMemberMetadata: what the leader's JoinGroup response lists."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import importlib
+from functools import lru_cache
 from typing import Any
 
 from kio.static.primitive import i32Timedelta
@@ -25,6 +26,7 @@ def _fields(schema: type[Any]) -> frozenset[str]:
     return names
 
 
+@lru_cache(maxsize=512)
 def _nested(api_key: int, api_version: int, name: str) -> type[Any]:
     module = importlib.import_module(request_schema(api_key, api_version).__module__)
     cls: type[Any] = getattr(module, name)
@@ -36,6 +38,7 @@ def _build(schema: type[Any], values: dict[str, Any]) -> Any:
     return schema(**{k: v for k, v in values.items() if k in names})
 
 
+@lru_cache(maxsize=1024)
 def duration(ms: int) -> Any:
     return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
 

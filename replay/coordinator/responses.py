@@ -60,6 +60,54 @@ def make_nested(api_key: int, api_version: int, name: str, **values: Any) -> Any
     return build(nested(api_key, api_version, name), values)
 
 
+@lru_cache(maxsize=16)
+def _join_constructor(api_version: int) -> Any:
+    schema = response_schema(11, api_version)
+    names = _fields(schema)
+    member_cls = nested(11, api_version, "JoinGroupResponseMember")
+    optional = [name for name in ("throttle_time", "protocol_type", "skip_assignment") if name in names]
+    has_instance = api_version >= 5
+    nullable_name = api_version >= 7
+
+    def construct(
+        code: int,
+        member_id: str,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        leader: str,
+        skip_assignment: bool,
+        members: Sequence[tuple[str, str | None, bytes]],
+    ) -> Any:
+        if protocol_name is None and not nullable_name:
+            protocol_name = ""
+        values: dict[str, Any] = {
+            "error_code": _ERRORS[code],
+            "generation_id": generation_id,
+            "protocol_name": protocol_name,
+            "leader": leader,
+            "member_id": member_id,
+            "members": tuple(
+                member_cls(member_id=m_id, group_instance_id=inst, metadata=meta)
+                if has_instance
+                else member_cls(member_id=m_id, metadata=meta)
+                for m_id, inst, meta in members
+            )
+            if members
+            else (),
+        }
+        for name in optional:
+            if name == "throttle_time":
+                values[name] = ZERO_THROTTLE
+            elif name == "protocol_type":
+                values[name] = protocol_type
+            else:
+                values[name] = skip_assignment
+        return schema(**values)
+
+    return construct
+
+
 def join_group(
     api_version: int,
     error_code: int,
@@ -74,28 +122,28 @@ def join_group(
 ) -> Any:
     """JoinGroupResponse. Below v7 ProtocolName is not nullable: Kafka's JoinGroupResponse
     constructor sends "" for null (JoinGroupResponse.java)."""
-    if api_version < 7 and protocol_name is None:
-        protocol_name = ""
-    member_cls = nested(11, api_version, "JoinGroupResponseMember")
-    has_instance = api_version >= 5
-    entries = tuple(
-        member_cls(member_id=m_id, group_instance_id=inst, metadata=meta)
-        if has_instance
-        else member_cls(member_id=m_id, metadata=meta)
-        for m_id, inst, meta in members
+    return _join_constructor(api_version)(
+        error_code, member_id, generation_id, protocol_type, protocol_name, leader, skip_assignment, members
     )
-    return make(
-        11,
-        api_version,
-        error_code=error(error_code),
-        generation_id=generation_id,
-        protocol_type=protocol_type,
-        protocol_name=protocol_name,
-        leader=leader,
-        skip_assignment=skip_assignment,
-        member_id=member_id,
-        members=entries,
-    )
+
+
+@lru_cache(maxsize=16)
+def _sync_constructor(api_version: int) -> Any:
+    schema = response_schema(14, api_version)
+    names = _fields(schema)
+    has_throttle = "throttle_time" in names
+    has_protocol = "protocol_type" in names
+
+    def construct(code: int, assignment: bytes, protocol_type: str | None, protocol_name: str | None) -> Any:
+        values: dict[str, Any] = {"error_code": _ERRORS[code], "assignment": assignment}
+        if has_throttle:
+            values["throttle_time"] = ZERO_THROTTLE
+        if has_protocol:
+            values["protocol_type"] = protocol_type
+            values["protocol_name"] = protocol_name
+        return schema(**values)
+
+    return construct
 
 
 def sync_group(
@@ -106,14 +154,9 @@ def sync_group(
     protocol_type: str | None = None,
     protocol_name: str | None = None,
 ) -> Any:
-    return make(
-        14,
-        api_version,
-        error_code=error(error_code),
-        assignment=assignment,
-        protocol_type=protocol_type,
-        protocol_name=protocol_name,
-    )
+    """SyncGroupResponse (a constructor per version is built once: SyncGroup is on the hot path
+    of every rebalance)."""
+    return _sync_constructor(api_version)(error_code, assignment, protocol_type, protocol_name)
 
 
 @lru_cache(maxsize=256)

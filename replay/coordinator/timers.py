@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 TimerAction = Callable[[int], None]
 
-
-@dataclass(slots=True)
-class _Entry:
-    deadline_ms: int
-    seq: int
-    action: TimerAction = field(compare=False)
+# A live timer: (deadline_ms, seq, action). Tuples, not objects: rescheduling a member's
+# heartbeat timer is the hottest path of a large group.
+_Entry = tuple[int, int, TimerAction]
 
 
 class KeyedTimers:
@@ -33,9 +29,9 @@ class KeyedTimers:
         self._seq = 0
 
     def schedule(self, key: str, deadline_ms: int, action: TimerAction) -> None:
-        self._seq += 1
-        self._live[key] = _Entry(deadline_ms, self._seq, action)
-        heapq.heappush(self._heap, (deadline_ms, self._seq, key))
+        seq = self._seq = self._seq + 1
+        self._live[key] = (deadline_ms, seq, action)
+        heapq.heappush(self._heap, (deadline_ms, seq, key))
 
     def cancel(self, key: str) -> None:
         self._live.pop(key, None)
@@ -45,7 +41,7 @@ class KeyedTimers:
 
     def deadline(self, key: str) -> int | None:
         entry = self._live.get(key)
-        return None if entry is None else entry.deadline_ms
+        return None if entry is None else entry[0]
 
     def __len__(self) -> int:
         return len(self._live)
@@ -56,7 +52,7 @@ class KeyedTimers:
         while heap:
             deadline_ms, seq, key = heap[0]
             entry = live.get(key)
-            if entry is not None and entry.seq == seq:
+            if entry is not None and entry[1] == seq:
                 return deadline_ms
             heapq.heappop(heap)
         return None
@@ -68,12 +64,12 @@ class KeyedTimers:
         while heap:
             deadline_ms, seq, key = heap[0]
             entry = live.get(key)
-            if entry is None or entry.seq != seq:
+            if entry is None or entry[1] != seq:
                 heapq.heappop(heap)
                 continue
             if deadline_ms > now_ms:
                 return None
             heapq.heappop(heap)
             del live[key]
-            return key, entry.action
+            return key, entry[2]
         return None
