@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,14 @@ def _die_with_parent() -> None:
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def child_preexec(detach: bool) -> Callable[[], None] | None:
+    """PR_SET_PDEATHSIG fires when the *thread* that forked exits, so it is only safe from the
+    main thread (which lives as long as the process); children of other threads rely on atexit."""
+    if detach or threading.current_thread() is not threading.main_thread():
+        return None
+    return _die_with_parent
 
 
 def _log_tail(log_path: Path, lines: int = 40) -> str:
@@ -432,7 +441,7 @@ def _start_zookeeper(plan: LaunchPlan, detach: bool) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             cwd=plan.work_dir,
             start_new_session=detach,
-            preexec_fn=None if detach else _die_with_parent,
+            preexec_fn=child_preexec(detach),
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -502,7 +511,7 @@ def start_broker(
                 stdin=subprocess.DEVNULL,
                 cwd=plan.work_dir,
                 start_new_session=detach,
-                preexec_fn=None if detach else _die_with_parent,
+                preexec_fn=child_preexec(detach),
             )
         broker = Broker(
             plan=plan, process=process, owns_work_dir=owns_work_dir and not detach, zookeeper=zookeeper

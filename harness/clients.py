@@ -8,6 +8,7 @@ do not), killed (SIGKILL: nothing sent) or bounced, which is what group tests ne
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import enum
 import hashlib
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
+from harness.broker import child_preexec
 from harness.maven import ProgressCallback, client_libs, java_path
 
 # Oldest kafka-clients we support: the class is compiled against it so every newer one runs it.
@@ -191,6 +193,19 @@ def command_for(spec: ConsumerSpec, progress: ProgressCallback | None = None) ->
     return cmd
 
 
+_LIVE: set[ConsumerProcess] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def kill_all() -> None:
+    """No consumer outlives the interpreter that started it."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for consumer in live:
+        consumer.kill()
+
+
 class ConsumerProcess:
     """A running consumer. Its JSON lines are collected on a reader thread into `events`."""
 
@@ -206,7 +221,10 @@ class ConsumerProcess:
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
+            preexec_fn=child_preexec(detach=False),
         )
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self._readers = [
             threading.Thread(target=self._read_stdout, daemon=True),
             threading.Thread(target=self._read_stderr, daemon=True),
@@ -291,12 +309,16 @@ class ConsumerProcess:
                 self.kill()
         for reader in self._readers:
             reader.join(timeout=5)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         return int(self.process.wait())
 
     def kill(self) -> int:
         """SIGKILL: no LeaveGroup, no commit; the coordinator notices only by session timeout."""
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         return int(self.process.wait())
 
     def __enter__(self) -> ConsumerProcess:

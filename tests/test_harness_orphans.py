@@ -1,0 +1,80 @@
+"""No orphans: brokers and consumers die with the interpreter that started them.
+
+Each case runs a real Python process that starts a broker (and a consumer), then ends it the way
+a test run can end: normal exit (atexit stops them) or SIGKILL (PR_SET_PDEATHSIG stops them).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.broker import pid_alive
+from harness.lines import KAFKA_39
+from harness.maven import missing_tools
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(missing_tools() is not None, reason=f"no broker: {missing_tools()}"),
+]
+
+SCRIPT = f"""
+import json, sys, time
+from harness.broker import start_broker
+from harness.clients import ClientKind, ConsumerSpec, start_consumer
+broker = start_broker({KAFKA_39!r})
+consumer = start_consumer(ConsumerSpec(ClientKind.CONFLUENT, broker.bootstrap, "g", ("t",)))
+info = {{"broker": broker.pid, "consumer": consumer.pid, "dir": str(broker.plan.work_dir)}}
+print(json.dumps(info), flush=True)
+if sys.argv[1] == "hang":
+    time.sleep(600)
+"""
+
+
+def _wait_dead(pids: list[int], timeout_s: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if pid_alive(pid)]
+        if not alive:
+            return []
+        time.sleep(0.2)
+    return [pid for pid in pids if pid_alive(pid)]
+
+
+def _launch(mode: str) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, mode], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, f"child printed nothing (exit {proc.wait()})"
+    return proc, json.loads(line)
+
+
+def test_normal_exit_stops_broker_and_consumer_via_atexit() -> None:
+    proc, info = _launch("exit")
+    assert proc.wait(timeout=120) == 0
+    leftover = _wait_dead([int(info["broker"]), int(info["consumer"])], timeout_s=10)  # type: ignore[call-overload]
+    assert leftover == []
+    assert not Path(str(info["dir"])).exists()
+
+
+def test_sigkill_of_the_parent_still_ends_broker_and_consumer() -> None:
+    proc, info = _launch("hang")
+    pids = [int(info["broker"]), int(info["consumer"])]  # type: ignore[call-overload]
+    assert all(pid_alive(pid) for pid in pids)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    try:
+        assert _wait_dead(pids) == []
+    finally:
+        for pid in pids:  # never leave what this test started, even when it fails
+            if pid_alive(pid):
+                subprocess.run(["kill", "-9", str(pid)], check=False)
+        shutil.rmtree(str(info["dir"]), ignore_errors=True)
