@@ -651,12 +651,16 @@ class _Engine:
 
     def _deliver(self, now_ms: int, pending: _Pending, response: Any) -> None:
         member = pending.member
-        key = member.member_key
         if self.recorder is not None and pending.correlation_id >= 0:
             self.recorder("response", now_ms, pending, response)
-        self.observer.observe(
-            Exchange(now_ms, key, pending.api_key, pending.api_version, pending.request, response)
-        )
+        # The observer derives nothing from a successful heartbeat (replay.observe): skip building
+        # the exchange on the hot path.
+        if pending.api_key != HEARTBEAT or response.error_code != 0:
+            self.observer.observe(
+                Exchange(
+                    now_ms, member.member_key, pending.api_key, pending.api_version, pending.request, response
+                )
+            )
         member.on_response(now_ms, pending, response)
 
     # -- the timeline -------------------------------------------------------------------------
