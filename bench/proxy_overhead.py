@@ -357,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
             results += synthetic(args, relays, workdir)
         if not args.skip_broker:
             results += broker_loads(args, relays, workdir)
+    loads = list(dict.fromkeys(r.load for r in results))
+    order = {name: index for index, name in enumerate(relays)}
+    results.sort(key=lambda r: (loads.index(r.load), order[r.relay]))
     console = Console(width=max(Console().width, 150))
     console.print(table(results))
     console.print(f"cpus: {os.cpu_count()}, load average before the table: {os.getloadavg()[0]:.1f}")
