@@ -47,6 +47,9 @@ class UnsupportedByTarget(DriverError):
 
 # JoinGroup version -> the (SyncGroup, Heartbeat, LeaveGroup) versions a client of that era used.
 COMPANION_VERSIONS: dict[int, tuple[int, int, int]] = {
+    0: (0, 0, 0),
+    1: (1, 1, 1),
+    2: (1, 1, 1),
     3: (2, 2, 2),
     4: (2, 2, 2),
     5: (3, 3, 3),
@@ -80,6 +83,11 @@ class MemberSpec:
     def leave_api_version(self) -> int:
         return COMPANION_VERSIONS[self.join_api_version][2]
 
+    @property
+    def offset_commit_api_version(self) -> int:
+        """v7 carries the group instance id (KIP-345); older clients used v2-v6."""
+        return 7 if self.join_api_version >= 5 else 2
+
 
 # --- steps ---------------------------------------------------------------------------------------
 
@@ -93,6 +101,13 @@ class Join:
 
 @dataclass(frozen=True)
 class Heartbeat:
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Members commit offset 0 of partition 0 with their member id and generation."""
+
     members: tuple[str, ...]
 
 
@@ -134,7 +149,7 @@ class Wait:
     ms: int
 
 
-Step = Join | Heartbeat | Leave | AdminLeave | Bounce | Pause | Wait
+Step = Join | Heartbeat | Commit | Leave | AdminLeave | Bounce | Pause | Wait
 
 
 @dataclass(frozen=True)
@@ -252,6 +267,32 @@ async def find_coordinator(host: str, port: int, group_id: str, timeout_s: float
         await asyncio.sleep(0.5)
 
 
+async def ensure_topic(host: str, port: int, topic: str, timeout_s: float = 60.0) -> None:
+    """Metadata with allow_auto_topic_creation until the topic has partitions (brokers here run
+    with auto.create.topics.enable=true; the reference server creates topics on Metadata)."""
+    schema = request_schema(3, 9)
+    topic_cls = Q._nested(3, 9, "MetadataRequestTopic")
+    request = schema(
+        topics=(topic_cls(name=topic),),
+        allow_auto_topic_creation=True,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        conn = await Connection.open(host, port, "group-replay-driver")
+        try:
+            response = await conn.call(request)
+        finally:
+            conn.close()
+        found = [t for t in response.topics if t.name == topic]
+        if found and int(found[0].error_code) == 0 and found[0].partitions:
+            return
+        if time.monotonic() > deadline:
+            raise DriverError(f"topic {topic} did not appear on {host}:{port}")
+        await asyncio.sleep(0.3)
+
+
 # --- members and the run -----------------------------------------------------------------------
 
 
@@ -330,6 +371,10 @@ class _Run:
             case Heartbeat(members=names):
                 for name in names:
                     await self.heartbeat(self.members[name], observed=True)
+                self.flush(list(names))
+            case Commit(members=names):
+                for name in names:
+                    await self.commit(self.members[name])
                 self.flush(list(names))
             case Leave(member=name):
                 await self.leave(self.members[name])
@@ -431,6 +476,19 @@ class _Run:
         conn = await self.connection(member)
         return await conn.call(request)
 
+    async def commit(self, member: _Member) -> None:
+        spec = member.spec
+        api_version = spec.offset_commit_api_version
+        request = Q.offset_commit(
+            api_version,
+            self.group_id,
+            member.generation_id,
+            member.member_id,
+            {(self.scenario.topic, 0): 0},
+            group_instance_id=spec.group_instance_id,
+        )
+        await self.exchange(member, 8, api_version, request)
+
     async def leave(self, member: _Member) -> None:
         spec = member.spec
         api_version = spec.leave_api_version
@@ -477,6 +535,10 @@ def required_versions(scenario: Scenario) -> dict[int, set[int]]:
     for step in scenario.steps:
         if isinstance(step, AdminLeave):
             needed.setdefault(13, set()).add(step.api_version)
+        if isinstance(step, Commit):
+            needed.setdefault(8, set()).update(
+                spec.offset_commit_api_version for spec in specs if spec.key in step.members
+            )
     return needed
 
 
@@ -493,6 +555,9 @@ async def run_scenario(
         if missing:
             raise UnsupportedByTarget(f"{bootstrap} does not serve api_key {api_key} versions {missing}")
     group_id = f"{scenario.name}-{uuid.uuid4().hex[:8]}"
+    if any(isinstance(step, Commit) for step in scenario.steps):
+        # Kafka refuses commits for topics it does not have (UNKNOWN_TOPIC_OR_PARTITION).
+        await ensure_topic(host, port, scenario.topic)
     coordinator_host, coordinator_port = await find_coordinator(host, port, group_id)
     observer = GroupObserver(session_id, scenario.name, run)
     events = await _Run(scenario, coordinator_host, coordinator_port, group_id, observer).run()
@@ -574,8 +639,16 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "duplicate-instance-fencing",
             (_static("a"), _static("b"), MemberSpec(key="a-twin", group_instance_id="a", join_api_version=9)),
-            (*form("a", "b"), Join(("a-twin",)), Heartbeat(("a",)), Heartbeat(("a-twin", "b"))),
-            why="test_fencing_static_consumer: the older process with the same instance id is fenced",
+            (
+                *form("a", "b"),
+                Join(("a-twin",)),
+                Heartbeat(("a",)),
+                Commit(("a",)),
+                Heartbeat(("a-twin", "b")),
+                Commit(("a-twin", "b")),
+            ),
+            why="test_fencing_static_consumer: the older process with the same instance id is fenced "
+            "on Heartbeat and OffsetCommit (and JoinGroup/SyncGroup)",
         ),
         Scenario(
             "static-session-timeout",
@@ -626,6 +699,20 @@ SCENARIOS: dict[str, Scenario] = {
             why="KIP-345 downgrade: a restart without group.instance.id is a new dynamic member; "
             "the old static identity stays until its session times out. (The follower switches: "
             "when a leader's old identity expires Kafka picks the next leader in HashMap order.)",
+        ),
+        Scenario(
+            "invalid-session-timeout",
+            (_static("a"), _dynamic("tiny", 5, session_timeout_ms=500)),
+            (*form("a"), Join(("tiny",)), Heartbeat(("a",))),
+            why="a session timeout below group.min.session.timeout.ms (1000 here) is refused",
+        ),
+        Scenario(
+            "pre-v3-clients",
+            (_static("a", 9), _dynamic("v0", 0), _dynamic("v2", 2)),
+            (*form("a", "v2", "v0"), Heartbeat(("a", "v2", "v0")), Leave("v0"), Join(("a", "v2"))),
+            why="JoinGroup v0 (the session timeout doubles as rebalance timeout) and v2 clients beside a "
+            "static v9 member (4.3.1 still serves JoinGroup v0-v9; KIP-896 removed OffsetCommit v0-1 "
+            "and OffsetFetch v0)",
         ),
         Scenario(
             "leave-unknown-group",
