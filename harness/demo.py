@@ -1,4 +1,5 @@
-"""`group-replay demo`: a mixed consumer group on a real broker, with one static member bounced.
+"""`python -m harness.demo` (wrapped by `group-replay demo`, which adds the proxy and capture):
+a mixed consumer group on a real broker, with one static member bounced.
 
 The group-running part, `run_group(bootstrap, ...)`, takes only a bootstrap address, so the same
 group can be pointed at a broker, at the proxy in front of one, or at the reference coordinator.
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.maven import MavenError
     from harness.progress import download_progress
 
-    parser = argparse.ArgumentParser(prog="group-replay demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.demo", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--bootstrap", default=None, help="use this broker (or proxy) instead of starting one"
     )
@@ -275,3 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Console(width=140)  # a pipe or CI log: don't squeeze the table into 80 columns
     out.print(render_table(run))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
