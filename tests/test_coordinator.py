@@ -382,3 +382,29 @@ def test_duplicate_instance_parked_in_join_is_fenced() -> None:
     assert sim.answer(parked) is None
     sim.join(3, 5, group_instance_id="a")  # a second process with the same instance id
     assert sim.answer(parked).error_code == E.fenced_instance_id
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "completes_at_once"),
+    [(KafkaBehaviour.SCALA_3_9, False), (KafkaBehaviour.NEW_COORDINATOR, True)],
+)
+def test_removal_during_initial_delay_per_behaviour(
+    behaviour: KafkaBehaviour, completes_at_once: bool
+) -> None:
+    """A member removed while the first rebalance waits out group.initial.rebalance.delay.ms:
+    Scala's InitialDelayedJoin never completes early (tryComplete = false); the new coordinator's
+    removeMemberAndUpdateClassicGroup calls completeClassicGroupJoin as soon as everyone left has
+    joined."""
+    sim = Sim(config=CoordinatorConfig(group_initial_rebalance_delay_ms=3000, kafka_behaviour=behaviour))
+    a = sim.join(1, 5, group_instance_id="a")
+    b = sim.join(2, 5, group_instance_id="b")
+    sim.run_timers(1000)
+    leave = sim.call(9, 3, Q.leave_group(3, "g", [("", "b")]))
+    assert [m.error_code for m in leave.members] == [E.none]
+    assert sim.answer(b).error_code == E.unknown_member_id  # its parked JoinGroup is failed
+    if completes_at_once:
+        assert sim.answer(a).generation_id == 1
+    else:
+        assert sim.answer(a) is None
+        sim.run_timers(6000)
+        assert sim.answer(a).generation_id == 1
