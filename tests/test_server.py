@@ -148,7 +148,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             "--port",
             "0",
             "--topics",
-            "events:4",
+            "events:4,wide:6",
             "--group-min-session-timeout-ms",
             "1000",
             "--group-initial-rebalance-delay-ms",
@@ -236,22 +236,22 @@ def test_static_rolling_bounce_does_not_rebalance(served: Served, kind: str) -> 
 @pytest.mark.integration
 @pytest.mark.slow
 def test_dynamic_and_mixed_rolling_bounce_rebalances(served: Served) -> None:
-    """Dynamic members of four client kinds (one of them static) share a group; bouncing the
-    dynamic ones rebalances each time and everybody ends with a share of the partitions."""
+    """Members of every client kind (Java 3.9 static, Java 2.4.1 and the Python clients dynamic)
+    share a group; bouncing the dynamic ones rebalances each time and the partitions stay split."""
     from harness.clients import ClientKind, ConsumerSpec, start_consumer
 
     group = "mixed"
+    topic = ("wide",)
     specs = {
-        "confluent": ConsumerSpec(
-            ClientKind.CONFLUENT, served.bootstrap, group, ("events",), client_id="conf"
-        ),
-        "kafka-python": ConsumerSpec(
-            ClientKind.KAFKA_PYTHON, served.bootstrap, group, ("events",), client_id="kp"
-        ),
+        "confluent": ConsumerSpec(ClientKind.CONFLUENT, served.bootstrap, group, topic, client_id="conf"),
+        "kafka-python": ConsumerSpec(ClientKind.KAFKA_PYTHON, served.bootstrap, group, topic, client_id="kp"),
         "java": ConsumerSpec(
-            ClientKind.JAVA, served.bootstrap, group, ("events",), group_instance_id="java-static"
+            ClientKind.JAVA, served.bootstrap, group, topic, group_instance_id="java-static"
         ),
-        "aiokafka": ConsumerSpec(ClientKind.AIOKAFKA, served.bootstrap, group, ("events",), client_id="aio"),
+        "java-2.4": ConsumerSpec(
+            ClientKind.JAVA, served.bootstrap, group, topic, client_id="j24", java_client_version="2.4.1"
+        ),
+        "aiokafka": ConsumerSpec(ClientKind.AIOKAFKA, served.bootstrap, group, topic, client_id="aio"),
     }
     members = {name: start_consumer(s) for name, s in specs.items()}
 
@@ -260,11 +260,11 @@ def test_dynamic_and_mixed_rolling_bounce_rebalances(served: Served) -> None:
         if any(last is None for last in lasts):
             return False
         owned = [p for last in lasts for p in last.partitions]  # type: ignore[union-attr]
-        return sorted(owned) == [f"events-{i}" for i in range(4)]
+        return sorted(owned) == [f"wide-{i}" for i in range(6)]
 
     try:
-        _wait(settled, 90, "four members to split four partitions")
-        for name in ("confluent", "kafka-python"):
+        _wait(settled, 90, "five members to split six partitions")
+        for name in ("confluent", "kafka-python", "java-2.4"):
             rebalances = served.rebalances(group)
             members[name].stop()
             members[name] = start_consumer(specs[name])
@@ -277,7 +277,7 @@ def test_dynamic_and_mixed_rolling_bounce_rebalances(served: Served) -> None:
             )
             assert served.rebalances(group) > rebalances
         left = [r for r in served.events(group) if r["event"] == "member_left"]
-        assert len(left) >= 2  # dynamic members send LeaveGroup when they close
+        assert len(left) >= 3  # dynamic members send LeaveGroup when they close
     finally:
         for member in members.values():
             member.stop()
