@@ -87,7 +87,7 @@ class _PcapNgBlocks(RawPcapNgWriter):
         if comments is None:
             options = b""
         else:
-            parts = []
+            parts: list[bytes] = []
             for comment in [comments] if isinstance(comments, bytes) else comments:
                 parts += (struct.pack("<HH", 1, len(comment)), comment, b"\x00" * (-len(comment) % 4))
             parts.append(_OPT_END)
