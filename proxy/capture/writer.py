@@ -1,10 +1,15 @@
 """The capture writer: Kafka frames -> synthesized TCP packets in pcapng, on one background thread.
 
 Each proxied connection appears twice: on interface `client` (what the client sent and got) and
-on interface `upstream` (what the broker saw). Every Kafka frame is one TCP segment (or several
-for frames over 64 KB) with consistent seq/ack per direction and a JSON packet comment (design
-section 3); a SYN/SYN-ACK/ACK opens each stream and FIN/ACK closes it, so Wireshark follows and
-reassembles the streams and its Kafka dissector decodes them (the server side uses port 9092).
+on interface `upstream` (what the broker saw). Kafka frames travel in TCP segments with
+consistent seq/ack per direction and valid checksums; each frame has its own JSON packet comment
+(design section 3) on the packet where it starts. Frames of one connection and direction that the
+proxy relayed back to back share a packet, one comment per frame in frame order (a pipelining
+client would otherwise cost a packet per frame); a frame over 65,000 bytes spans several packets.
+A SYN/SYN-ACK/ACK opens each stream (its comment: `{"conn", "event": "open", "client",
+"upstream"}`) and FIN/ACK closes it (`{"conn", "event": "close", "reason"}`), so Wireshark follows
+and reassembles the streams and its Kafka dissector decodes them (the server side uses port 9092).
+SASL frames keep their header; the body is left out and its length is in `redacted_body_bytes`.
 
 scapy 2.8's `RawPcapNgWriter` names interfaces and writes per-packet comments, but writes no
 section-header options, only microsecond float timestamps, and always an unnamed interface 0.
