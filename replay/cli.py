@@ -190,6 +190,13 @@ def replay_main(argv: list[str]) -> int:
     parser.add_argument(
         "--speed", type=float, default=1.0, help="time scale for live runs (2 = twice as fast)"
     )
+    parser.add_argument(
+        "--format",
+        choices=("jsonl", "parquet"),
+        default="jsonl",
+        help="events.jsonl, or events.parquet (needs pyarrow); one file, since the validator reads every "
+        "event file under a directory",
+    )
     parser.add_argument("--progress", choices=("on", "off"), default="on")
     try:
         args = parser.parse_args(argv)
@@ -270,14 +277,19 @@ def replay_main(argv: list[str]) -> int:
         results.append((plan.session_id, result))
 
     args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "events.jsonl").open("w", encoding="utf-8") as handle:
-        write_jsonl(events, handle)
-    wrote_parquet = _write_parquet(events, args.out / "events.parquet")
+    if args.format == "parquet":
+        target_file = args.out / "events.parquet"
+        if not _write_parquet(events, target_file):
+            err.print(
+                "group-replay replay: --format parquet needs pyarrow (pip install 'group-replay[spark]')"
+            )
+            return 2
+    else:
+        target_file = args.out / "events.jsonl"
+        with target_file.open("w", encoding="utf-8") as handle:
+            write_jsonl(events, handle)
     _print_summary(events, results, scenario.name)
-    _console().print(
-        f"wrote {len(events)} events to {args.out / 'events.jsonl'}"
-        + (" and events.parquet" if wrote_parquet else "")
-    )
+    _console().print(f"wrote {len(events)} events to {target_file}")
     failed = [(session, r) for session, r in results if r.failures]
     for session, r in failed:
         for failure in r.failures:

@@ -130,7 +130,15 @@ def test_cli_writes_events_and_exits_by_expectations(dynamic_capture: Path, tmp_
     rows = list(read_jsonl(out / "events.jsonl"))
     assert {r.run for r in rows} == {"recorded", "reference"}
     assert {r.scenario for r in rows} == {"mixed-static-dynamic-group"}
-    assert (out / "events.parquet").exists()
+    assert not (out / "events.parquet").exists()  # one file: the validator reads every event file
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    parquet_out = tmp_path / "parquet"
+    argv = ["replay", str(dynamic_capture), "--scenario", "mixed-static-dynamic-group", "--format", "parquet"]
+    assert group_replay([*argv, "--out", str(parquet_out), "--progress", "off"]) == 0
+    table = pq.read_table(parquet_out / "events.parquet")
+    assert table.num_rows == len(rows)
+    assert table.schema.field("ts_ms").type == "int64" and table.schema.field("seq").type == "int32"
 
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text(
