@@ -106,9 +106,13 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Commit:
-    """Members commit offset 0 of partition 0 with their member id and generation."""
+    """Members commit offset 0 of partition 0 with their member id and generation.
+    `api_version` overrides the member's OffsetCommit version; `missing_group` sends it to a
+    group that does not exist."""
 
     members: tuple[str, ...]
+    api_version: int | None = None
+    missing_group: bool = False
 
 
 @dataclass(frozen=True)
@@ -372,9 +376,9 @@ class _Run:
                 for name in names:
                     await self.heartbeat(self.members[name], observed=True)
                 self.flush(list(names))
-            case Commit(members=names):
+            case Commit(members=names, api_version=api_version, missing_group=missing):
                 for name in names:
-                    await self.commit(self.members[name])
+                    await self.commit(self.members[name], api_version, missing)
                 self.flush(list(names))
             case Leave(member=name):
                 await self.leave(self.members[name])
@@ -476,12 +480,14 @@ class _Run:
         conn = await self.connection(member)
         return await conn.call(request)
 
-    async def commit(self, member: _Member) -> None:
+    async def commit(
+        self, member: _Member, api_version: int | None = None, missing_group: bool = False
+    ) -> None:
         spec = member.spec
-        api_version = spec.offset_commit_api_version
+        api_version = api_version or spec.offset_commit_api_version
         request = Q.offset_commit(
             api_version,
-            self.group_id,
+            f"{self.group_id}-missing" if missing_group else self.group_id,
             member.generation_id,
             member.member_id,
             {(self.scenario.topic, 0): 0},
@@ -537,7 +543,9 @@ def required_versions(scenario: Scenario) -> dict[int, set[int]]:
             needed.setdefault(13, set()).add(step.api_version)
         if isinstance(step, Commit):
             needed.setdefault(8, set()).update(
-                spec.offset_commit_api_version for spec in specs if spec.key in step.members
+                step.api_version or spec.offset_commit_api_version
+                for spec in specs
+                if spec.key in step.members
             )
     return needed
 
@@ -713,6 +721,17 @@ SCENARIOS: dict[str, Scenario] = {
             why="JoinGroup v0 (the session timeout doubles as rebalance timeout) and v2 clients beside a "
             "static v9 member (4.3.1 still serves JoinGroup v0-v9; KIP-896 removed OffsetCommit v0-1 "
             "and OffsetFetch v0)",
+        ),
+        Scenario(
+            "commit-to-missing-group",
+            (_static("a"),),
+            (
+                *form("a"),
+                Commit(("a",), api_version=8, missing_group=True),
+                Commit(("a",), api_version=9, missing_group=True),
+            ),
+            why="OffsetCommit with a generation to a group that does not exist: ILLEGAL_GENERATION, "
+            "except OffsetCommit v9+ on the new coordinator, which says GROUP_ID_NOT_FOUND",
         ),
         Scenario(
             "leave-unknown-group",

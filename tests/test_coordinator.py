@@ -408,3 +408,23 @@ def test_removal_during_initial_delay_per_behaviour(
         assert sim.answer(a) is None
         sim.run_timers(6000)
         assert sim.answer(a).generation_id == 1
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "api_version", "expected"),
+    [
+        (KafkaBehaviour.SCALA_3_9, 8, E.illegal_generation),
+        (KafkaBehaviour.SCALA_3_9, 9, E.illegal_generation),
+        (KafkaBehaviour.NEW_COORDINATOR, 8, E.illegal_generation),
+        (KafkaBehaviour.NEW_COORDINATOR, 9, E.group_id_not_found),
+    ],
+)
+def test_commit_with_generation_to_a_missing_group(
+    behaviour: KafkaBehaviour, api_version: int, expected: ErrorCode
+) -> None:
+    """handleCommitOffsets: ILLEGAL_GENERATION; OffsetMetadataManager.validateOffsetCommit: v9+
+    GROUP_ID_NOT_FOUND."""
+    sim = Sim(config=CoordinatorConfig(kafka_behaviour=behaviour))
+    response = sim.call(1, api_version, Q.offset_commit(api_version, "missing", 3, "m", {("t", 0): 1}))
+    assert response.topics[0].partitions[0].error_code == expected
+    assert "missing" not in sim.coordinator.groups

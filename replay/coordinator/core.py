@@ -546,9 +546,9 @@ class GroupCoordinator:
         if parked_join is not None or parked_sync is not None:
             self._fenced(group, old_member_id, group_instance_id, "replaced while parked")
         self.timers.cancel(heartbeat_key(group.group_id, old_member_id))
+        # The replacement keeps the old client id and host (MemberMetadata.clientId is a val;
+        # ClassicGroup.replaceStaticMember copies them), so DescribeGroups shows the first ones.
         member = group.replace_static_member(group_instance_id, old_member_id, new_member_id)
-        member.client_id = ctx.client_id
-        member.client_host = ctx.client_host
         member.join_api_version = ctx.api_version
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
         group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, ctx)
@@ -997,6 +997,9 @@ class GroupCoordinator:
         if group is None:
             if generation_id < 0:
                 group = self.groups[group_id] = ClassicGroup(group_id)
+            elif api_version >= 9 and self.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR:
+                # OffsetMetadataManager.validateOffsetCommit: v9+ says GROUP_ID_NOT_FOUND.
+                code = GROUP_ID_NOT_FOUND
             else:
                 code = ILLEGAL_GENERATION
         if group is not None and code == NONE:
