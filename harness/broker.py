@@ -113,8 +113,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _cluster_id() -> str:
-    return urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+def cluster_id() -> str:
+    """A random KRaft cluster id. Like Kafka's own Uuid.randomUuid, never one starting with '-',
+    which StorageTool's argument parser would take for an option."""
+    while True:
+        candidate = urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not candidate.startswith("-"):
+            return candidate
 
 
 def _die_with_parent() -> None:
@@ -197,7 +202,7 @@ class LaunchPlan:
             "kafka.tools.StorageTool",
             "format",
             "-t",
-            _cluster_id(),
+            cluster_id(),
             "-c",
             str(self.config_path),
             "--ignore-formatted",
@@ -407,7 +412,7 @@ def _run_format(plan: LaunchPlan) -> None:
         )
 
 
-_CAUSE = re.compile(r"Exception|ERROR|Caused by|Error:")
+_CAUSE = re.compile(r"Exception|ERROR|Caused by|error:", re.IGNORECASE)
 
 
 def _wait_ready(plan: LaunchPlan, process: subprocess.Popen[bytes], timeout_ms: int) -> None:

@@ -11,6 +11,7 @@ import pytest
 from harness import paths
 from harness.broker import (
     BrokerState,
+    cluster_id,
     find_running,
     pid_alive,
     plan_broker,
@@ -205,3 +206,10 @@ def test_plan_writes_test_settings(tmp_path) -> None:
         == f"PLAINTEXT://127.0.0.1:{plan.port},CONTROLLER://127.0.0.1:{plan.controller_port}"
     )
     assert json.dumps(plan.format_command()).count("StorageTool") == 1
+
+
+def test_cluster_ids_never_look_like_options() -> None:
+    """A '-' first character made StorageTool's parser read the id as a flag (a 1-in-64 flake)."""
+    ids = [cluster_id() for _ in range(2000)]
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids) and len(set(ids)) == len(ids)

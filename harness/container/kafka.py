@@ -11,12 +11,10 @@ from __future__ import annotations
 import io
 import tarfile
 import time
-import uuid
-from base64 import urlsafe_b64encode
 
 from testcontainers.core.container import DockerContainer
 
-from harness.broker import TEST_SETTINGS
+from harness.broker import TEST_SETTINGS, cluster_id
 from harness.container.image import WAIT_FOR_START
 from harness.lines import LogBinding, line_for
 from harness.probe import api_versions
@@ -98,11 +96,11 @@ class ApacheKafkaContainer(DockerContainer):
         else:
             log_flag = "-Dlog4j2.configurationFile=/tc/log4j2.properties"
         opts = f"-Xmx{self.heap_mb}m -Xms64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 {log_flag}"
-        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster = cluster_id()
         return (
             "set -e\n"
             f"java {opts} -cp '/opt/kafka/libs/*' kafka.tools.StorageTool format "
-            f"-t {cluster_id} -c /tc/server.properties --ignore-formatted\n"
+            f"-t {cluster} -c /tc/server.properties --ignore-formatted\n"
             f"exec java {opts} -cp '/opt/kafka/libs/*' kafka.Kafka /tc/server.properties\n"
         )
 
