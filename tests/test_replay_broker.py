@@ -1,22 +1,24 @@
 """Replay against a real Kafka 3.9 broker (Maven jars, started by the harness fixtures).
 
 Every built-in scenario is replayed from a capture written through the proxy's capture writer;
-each uses its own group so that static members of one run cannot meet the next. Scaled real time
-(`speed`) shortens the scenario's gaps; the broker's own timeouts stay real, so the captures use a
-short rebalance timeout.
+each uses its own group, so the scenarios run concurrently against one broker without meeting.
+Scaled real time (`speed`) shortens the scenario's gaps; the broker's own timeouts stay real, so
+the captures use a short rebalance timeout.
 """
 
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from group_replay import main as group_replay
 from harness.broker import Broker
+from harness.lines import KAFKA_39
 from proxy.capture.reader import read_capture
-from replay.engine import build_plan, replay_live, synthesize_capture
+from replay.engine import RunResult, build_plan, replay_live, synthesize_capture
 from replay.events import read_jsonl
 from replay.scenario import builtin_names, load_builtin
 
@@ -38,13 +40,29 @@ def _capture(tmp_path: Path, name: str, **options: object) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def scenario_runs(broker_factory, tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunResult]:
+    """Every built-in scenario, run concurrently (one group each) against one 3.9 broker."""
+    broker = broker_factory(KAFKA_39, new_coordinator=False)
+    tmp_path = tmp_path_factory.mktemp("broker-scenarios")
+
+    def run(name: str) -> RunResult:
+        plan = build_plan(read_capture(_capture(tmp_path, name)), name)
+        return replay_live(
+            plan, load_builtin(name), address=broker.bootstrap, run="broker-3.9.2", speed=SPEED
+        )
+
+    names = builtin_names()
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        return dict(zip(names, pool.map(run, names), strict=True))
+
+
 @pytest.mark.parametrize("name", builtin_names())
-def test_builtin_scenario_on_kafka_39(name: str, kafka_39: Broker, tmp_path: Path) -> None:
-    plan = build_plan(read_capture(_capture(tmp_path, name)), name)
-    scenario = load_builtin(name)
-    result = replay_live(plan, scenario, address=kafka_39.bootstrap, run="broker-3.9.2", speed=SPEED)
+def test_builtin_scenario_on_kafka_39(name: str, scenario_runs: dict[str, RunResult]) -> None:
+    result = scenario_runs[name]
     assert result.failures == (), result.failures
     assert {e.run for e in result.events} == {"broker-3.9.2"}
+    assert {e.scenario for e in result.events} == {name}
     assert any(e.event == "generation_completed" for e in result.events)
 
 
