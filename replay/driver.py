@@ -70,6 +70,7 @@ class MemberSpec:
     join_api_version: int = 9
     session_timeout_ms: int = 10_000
     rebalance_timeout_ms: int = 10_000
+    protocols: tuple[str, ...] = ("range",)  # assignor names in preference order
 
     @property
     def sync_api_version(self) -> int:
@@ -101,7 +102,17 @@ class Join:
 
 @dataclass(frozen=True)
 class Heartbeat:
+    """Observed heartbeats; `generation_offset` makes them stale (-1) or from the future (+1)."""
+
     members: tuple[str, ...]
+    generation_offset: int = 0
+
+
+@dataclass(frozen=True)
+class ForgeMemberId:
+    """The member will rejoin with a member id the coordinator never issued."""
+
+    member: str
 
 
 @dataclass(frozen=True)
@@ -153,7 +164,7 @@ class Wait:
     ms: int
 
 
-Step = Join | Heartbeat | Commit | Leave | AdminLeave | Bounce | Pause | Wait
+Step = Join | Heartbeat | ForgeMemberId | Commit | Leave | AdminLeave | Bounce | Pause | Wait
 
 
 @dataclass(frozen=True)
@@ -372,10 +383,14 @@ class _Run:
         match step:
             case Join(members=names):
                 await self.join(list(names))
-            case Heartbeat(members=names):
+            case Heartbeat(members=names, generation_offset=offset):
                 for name in names:
-                    await self.heartbeat(self.members[name], observed=True)
+                    await self.heartbeat(self.members[name], observed=True, generation_offset=offset)
                 self.flush(list(names))
+            case ForgeMemberId(member=name):
+                member = self.members[name]
+                member.member_id = f"{member.spec.key}-00000000-0000-0000-0000-000000000000"
+                member.alive = False
             case Commit(members=names, api_version=api_version, missing_group=missing):
                 for name in names:
                     await self.commit(self.members[name], api_version, missing)
@@ -463,15 +478,15 @@ class _Run:
             session_timeout_ms=spec.session_timeout_ms,
             rebalance_timeout_ms=spec.rebalance_timeout_ms,
             protocol_type="consumer",
-            protocols=(("range", encode_subscription([self.scenario.topic])),),
+            protocols=tuple((name, encode_subscription([self.scenario.topic])) for name in spec.protocols),
         )
 
-    async def heartbeat(self, member: _Member, observed: bool) -> Any:
+    async def heartbeat(self, member: _Member, observed: bool, generation_offset: int = 0) -> Any:
         spec = member.spec
         request = Q.heartbeat(
             spec.heartbeat_api_version,
             self.group_id,
-            member.generation_id,
+            member.generation_id + generation_offset,
             member.member_id,
             group_instance_id=spec.group_instance_id,
         )
@@ -581,6 +596,7 @@ def comparable(events: list[RebalanceEvent], compare_leader: bool = True) -> lis
                 e.event,
                 e.member_key,
                 e.generation_id,
+                e.protocol_name,
                 e.is_leader if compare_leader else None,
                 e.skip_assignment,
                 e.join_api_version,
@@ -721,6 +737,33 @@ SCENARIOS: dict[str, Scenario] = {
             why="JoinGroup v0 (the session timeout doubles as rebalance timeout) and v2 clients beside a "
             "static v9 member (4.3.1 still serves JoinGroup v0-v9; KIP-896 removed OffsetCommit v0-1 "
             "and OffsetFetch v0)",
+        ),
+        Scenario(
+            "static-rejoin-changes-protocol",
+            (_static("a"), _static("b", 5)),
+            (
+                *form("a", "b"),
+                Bounce("b", as_spec=_static("b", 5, protocols=("roundrobin", "range"))),
+                Join(("b",)),
+                Bounce("a", as_spec=_static("a", 9, protocols=("roundrobin", "range"))),
+                Join(("a", "b")),
+            ),
+            why="updateStaticMemberAndRebalance: a static rejoin in Stable rebalances only when the "
+            "group's selected protocol would change (b alone cannot move it; a and b together do)",
+        ),
+        Scenario(
+            "stale-generation-and-unknown-member",
+            (_static("a"), _dynamic("d", 5)),
+            (
+                *form("a", "d"),
+                Heartbeat(("a", "d"), generation_offset=-1),
+                Heartbeat(("d",), generation_offset=1),
+                ForgeMemberId("d"),
+                Join(("d",)),
+                Heartbeat(("a",)),
+            ),
+            why="ILLEGAL_GENERATION for stale or future generations; UNKNOWN_MEMBER_ID for a member id "
+            "the group never issued",
         ),
         Scenario(
             "commit-to-missing-group",
