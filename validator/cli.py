@@ -64,9 +64,9 @@ def run(argv: list[str], *, master_from_submit: bool = False) -> int:
     console = Console(stderr=True)
     problem = java_problem()
     if problem is not None:
-        console.print(f"[bold red]group-replay validate:[/] {problem}")
+        print(f"group-replay validate: {problem}", file=sys.stderr)
         return EXIT_INPUT
-    from validator.jobs import InputError, ValidateOptions, run_validate
+    from validator.jobs import InputError, ValidateOptions, discover_inputs, run_validate
     from validator.report.html import render_html
     from validator.report.terminal import StageProgress, print_summary
     from validator.session import build_session
@@ -77,6 +77,11 @@ def run(argv: list[str], *, master_from_submit: bool = False) -> int:
         out_dir=args.out,
         max_bad_rows=args.max_bad_rows,
     )
+    try:
+        discover_inputs(args.events)  # usage errors before paying for a JVM
+    except InputError as exc:
+        print(f"group-replay validate: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     out = Console()
     with StageProgress(console, enabled=args.progress == "on") as progress:
         with progress.stage("start Spark"):
@@ -84,7 +89,7 @@ def run(argv: list[str], *, master_from_submit: bool = False) -> int:
         try:
             data = run_validate(spark, options, progress.stage)
         except InputError as exc:
-            console.print(f"[bold red]group-replay validate:[/] {exc}")
+            print(f"group-replay validate: {exc}", file=sys.stderr)
             return EXIT_INPUT
         if args.report is not None:
             with progress.stage(f"write report {args.report}"):
@@ -92,9 +97,10 @@ def run(argv: list[str], *, master_from_submit: bool = False) -> int:
                 args.report.write_text(render_html(data), encoding="utf-8")
     print_summary(out, data)
     if data.rows_bad > args.max_bad_rows:
-        console.print(
-            f"[bold red]{data.rows_bad} bad input rows[/] (more than --max-bad-rows {args.max_bad_rows}); "
-            "see the bad rows table"
+        print(
+            f"group-replay validate: {data.rows_bad} bad input rows (more than --max-bad-rows "
+            f"{args.max_bad_rows}); see the bad_rows table and the report",
+            file=sys.stderr,
         )
         return EXIT_INPUT
     return EXIT_DIFFERENCES if data.failing else EXIT_OK

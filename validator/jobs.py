@@ -130,7 +130,17 @@ def read_events(spark: SparkSession, files: InputFiles) -> DataFrame:
         )
         frames.append(json_frame.withColumn("source_file", F.col("_metadata.file_path")))
     if files.parquet_files:
-        parquet_frame = spark.read.schema(READ_SCHEMA).parquet(*files.parquet_files)
+        # Parquet files carry their own schema; writers differ in integer widths (pyarrow writes
+        # Python ints as int64), so read each file's declared schema and cast to the contract.
+        # A column that cannot be cast becomes null and its rows are counted as bad, never guessed.
+        stored = spark.read.option("mergeSchema", "true").parquet(*files.parquet_files)
+        present = set(stored.columns)
+        parquet_frame = stored.select(
+            *[
+                (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in READ_SCHEMA.fields
+            ]
+        )
         frames.append(
             parquet_frame.withColumn(CORRUPT_RECORD_COLUMN, F.lit(None).cast("string")).withColumn(
                 "source_file", F.col("_metadata.file_path")

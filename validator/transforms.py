@@ -11,9 +11,9 @@ are never compared: a broker that starts a group at generation 7 with other memb
 timing still passes if the group went through the same rebalances.
 
 Runs and repeats: a run named `X~N` (N >= 2) is the N-th repeat of run `X` (the same replay done
-again). Differences between `X` and its repeats are *noise* (Diffy's idea): when the expected run
-or the observed run has a repeat that differs from it at the same fact, that difference is labelled
-noise and does not fail the comparison.
+again, e.g. `reference~2`). Differences between `X` and its repeats are *noise* (Diffy's idea): a
+fact on which a run disagrees with its own repeat is unstable in that session, so a difference on
+that fact between any two runs of the session is labelled noise and does not fail the comparison.
 """
 
 from __future__ import annotations
@@ -290,22 +290,19 @@ def diff_facts(facts: DataFrame, pairs: DataFrame) -> DataFrame:
 
 
 def label_noise(diffs: DataFrame) -> DataFrame:
-    """`compare` diffs with `severity` and `is_noise`; noise = the same fact differs between a run
-    of the pair and one of its repeats."""
+    """`compare` diffs with `severity` and `is_noise`.
+
+    A fact that differs between any run and its repeat is unstable in that session (timing,
+    join order ...), so every difference on it is noise, whichever runs are compared.
+    """
     fact_cols = [*GROUP_KEY, *FACT_KEY]
-    noisy = (
-        diffs.where(F.col("role") == "noise")
-        .groupBy(*fact_cols)
-        .agg(F.collect_set("expected_run").alias("noisy_runs"))
-    )
+    unstable = diffs.where(F.col("role") == "noise").select(*fact_cols).distinct()
+    unstable = unstable.withColumn("unstable", F.lit(True))
     compared = diffs.where(F.col("role") == "compare").drop("role")
     severity = F.create_map(
         *[x for aspect, sev in ASPECT_SEVERITY.items() for x in (F.lit(aspect), F.lit(sev))]
     )
-    labelled = compared.join(noisy, fact_cols, "left")
-    is_noise = F.coalesce(
-        F.arrays_overlap("noisy_runs", F.array("expected_run", "observed_run")), F.lit(False)
-    )
+    labelled = compared.join(unstable, fact_cols, "left")
     return labelled.select(
         *GROUP_KEY,
         "expected_run",
@@ -315,7 +312,7 @@ def label_noise(diffs: DataFrame) -> DataFrame:
         "observed_value",
         "change",
         severity[F.col("aspect")].cast("int").alias("severity"),
-        is_noise.alias("is_noise"),
+        F.coalesce(F.col("unstable"), F.lit(False)).alias("is_noise"),
     )
 
 

@@ -1,0 +1,204 @@
+"""`group-replay validate` end to end on synthetic events with known injected differences."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from validator.session import java_problem
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(java_problem() is not None, reason=f"Spark needs Java: {java_problem()}"),
+]
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from validator.cli import run  # noqa: E402
+from validator.schemas import COMPATIBILITY_MATRIX_SCHEMA, REBALANCE_DIFF_SCHEMA  # noqa: E402
+from validator.session import shared_test_session  # noqa: E402
+from validator.synth import injected_differences, synth_events, write_jsonl_tree  # noqa: E402
+
+SESSIONS, DIFF_RATE, NOISE_RATE = 12, 0.5, 0.5
+
+
+@pytest.fixture(scope="session")
+def spark() -> SparkSession:
+    return shared_test_session()
+
+
+@pytest.fixture(scope="module")
+def events_dir(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("events") / "tree" / "synthetic"
+    frame = synth_events(spark, SESSIONS, diff_rate=DIFF_RATE, noise_rate=NOISE_RATE)
+    assert write_jsonl_tree(frame, out) > 0
+    return out.parent
+
+
+@pytest.fixture(scope="module")
+def injected(spark: SparkSession) -> set[tuple[str, str]]:
+    rows = injected_differences(spark, SESSIONS, diff_rate=DIFF_RATE, noise_rate=NOISE_RATE).collect()
+    assert rows, "the fixture must inject differences for these tests to mean anything"
+    return {(r["session_id"], r["observed_run"]) for r in rows}
+
+
+def _links_resolve(html: str) -> None:
+    ids = set(re.findall(r"id='([^']+)'", html))
+    hrefs = set(re.findall(r"href='#([^']+)'", html))
+    assert hrefs, "the report links its worst sessions"
+    assert hrefs <= ids, f"dangling links: {sorted(hrefs - ids)[:5]}"
+
+
+@pytest.fixture(scope="module")
+def validated(events_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]:
+    """One full validate run (report and tables) shared by the tests that inspect its outputs."""
+    where = tmp_path_factory.mktemp("validated")
+    report, out = where / "report.html", where / "tables"
+    code = run([str(events_dir), "--report", str(report), "--out", str(out), "--progress", "off"])
+    return code, report, out
+
+
+def test_finds_exactly_the_injected_differences_and_writes_tables_and_report(
+    spark: SparkSession, validated: tuple[int, Path, Path], injected: set[tuple[str, str]]
+) -> None:
+    code, report, out = validated
+    assert code == 1
+
+    verdicts = spark.read.parquet(str(out / "session_verdicts")).collect()
+    assert len(verdicts) == SESSIONS * 3  # recorded, broker-3.9.1, broker-4.1.0 (reference~2 is a repeat)
+    assert {(v["session_id"], v["observed_run"]) for v in verdicts if v["status"] != "pass"} == injected
+    assert not [v for v in verdicts if v["status"] == "failed"]
+    assert sum(v["noise_diffs"] for v in verdicts) > 0, "noise was injected and must be labelled"
+    assert all(v["diffs"] == 0 for v in verdicts if v["observed_run"] == "recorded")
+
+    diffs = spark.read.parquet(str(out / "rebalance_diff"))
+    assert diffs.schema.fieldNames() == REBALANCE_DIFF_SCHEMA.fieldNames()
+    assert diffs.where("not is_noise and observed_run = 'recorded'").count() == 0
+    matrix = spark.read.parquet(str(out / "compatibility_matrix"))
+    assert matrix.schema.fieldNames() == COMPATIBILITY_MATRIX_SCHEMA.fieldNames()
+    cells = matrix.collect()
+    assert sum(c["sessions"] for c in cells) == len(verdicts)
+    assert sum(c["differs"] for c in cells) == len(injected)
+    assert {c["broker_version"] for c in cells} == {"3.9.1", "4.1.0", "recorded"}
+    assert spark.read.parquet(str(out / "observed_rebalances")).count() > 0
+
+    html = report.read_text()
+    assert html.count("<svg") >= 2  # the matrix and at least one timeline
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained
+    _links_resolve(html)
+    for session_id, _ in injected:
+        assert session_id in html
+
+
+def test_parquet_input_against_recorded_labels_reference_noise(
+    spark: SparkSession, events_dir: Path, injected: set[tuple[str, str]], tmp_path: Path
+) -> None:
+    parquet = tmp_path / "events-parquet"
+    spark.read.json(str(events_dir / "synthetic")).write.parquet(str(parquet))  # schema-on-write is not ours
+    out = tmp_path / "tables"
+    code = run([str(parquet), "--expected", "recorded", "--out", str(out), "--progress", "off"])
+    assert code == 1
+    verdicts = spark.read.parquet(str(out / "session_verdicts")).collect()
+    assert {(v["session_id"], v["observed_run"]) for v in verdicts if v["status"] != "pass"} == injected
+    reference = [v for v in verdicts if v["observed_run"] == "reference"]
+    assert reference and all(v["status"] == "pass" for v in reference)
+
+
+def test_no_differences_exits_0_and_bad_rows_are_counted(events_dir: Path, tmp_path: Path) -> None:
+    tree = tmp_path / "events"
+    tree.mkdir()
+    for name in ("recorded.jsonl", "reference.jsonl"):
+        shutil.copy(events_dir / "synthetic" / name, tree / name)
+    assert run([str(tree), "--progress", "off"]) == 0
+
+    good = (tree / "reference.jsonl").read_text().splitlines()[0]
+    bad_lines = [
+        "{this is not json",
+        good.replace('"session_id":"s000000",', ""),
+        good.replace('"event":"member_joined"', '"event":"member_teleported"'),
+    ]
+    (tree / "nested").mkdir()
+    (tree / "nested" / "damaged.jsonl").write_text("\n".join(bad_lines) + "\n")
+    out = tmp_path / "tables"
+    assert run([str(tree), "--out", str(out), "--progress", "off"]) == 2
+    reasons = sorted(r["bad_reason"] for r in shutil_free_read(out / "bad_rows"))
+    assert reasons == ["missing session_id", "unknown event member_teleported", "unparseable"]
+    assert run([str(tree), "--max-bad-rows", "3", "--progress", "off"]) == 0
+
+
+def shutil_free_read(path: Path) -> list[dict]:
+    return [r.asDict() for r in shared_test_session().read.parquet(str(path)).collect()]
+
+
+def test_usage_and_input_errors_exit_2(
+    events_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run([str(tmp_path / "missing")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert run([str(tmp_path / "empty")]) == 2
+    assert "no event files" in capsys.readouterr().err
+    assert run([str(events_dir), "--expected", "broker-9.9", "--progress", "off"]) == 2
+    assert "no `broker-9.9` run" in capsys.readouterr().err
+    assert run(["--bogus"]) == 2
+
+
+def test_missing_java_is_reported_clearly(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # no java here
+    result = subprocess.run(
+        [sys.executable, "-m", "group_replay", "validate", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Java not found" in result.stderr
+
+
+def _spark_submit() -> Path:
+    return Path(pyspark.__file__).parent / "bin" / "spark-submit"
+
+
+@pytest.mark.slow
+def test_spark_main_runs_unchanged_under_spark_submit(events_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    main = Path(__file__).resolve().parents[1] / "validator" / "spark_main.py"
+    result = subprocess.run(
+        [str(_spark_submit()), "--master", "local[1]", "--driver-memory", "1g", str(main),
+         str(events_dir), "--out", str(out), "--progress", "off"],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert (out / "compatibility_matrix").is_dir()
+    assert "compatibility matrix" in result.stdout
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", header[16:24])
+
+
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="chromium not installed (apt-get install chromium)"
+)
+def test_report_renders_in_headless_chromium(validated: tuple[int, Path, Path], tmp_path: Path) -> None:
+    from validator.report.render_check import render_png
+
+    _, report, _ = validated
+    png = render_png(report, tmp_path / "report.png", width=1200, height=1600)
+    assert _png_size(png) == (1200, 1600)
+    assert png.stat().st_size > 40_000  # a blank page compresses to a few kB
