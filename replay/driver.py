@@ -26,7 +26,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from proxy.wire import FrameDecoder, decode_response, encode_request, request_schema
-from proxy.wire.consumer_protocol import decode_subscription_topics, encode_assignment, encode_subscription
+from proxy.wire.consumer_protocol import (
+    decode_assignment,
+    decode_subscription_topics,
+    encode_assignment,
+    encode_subscription,
+)
 from replay.coordinator import requests as Q
 from replay.events import RebalanceEvent
 from replay.observe import Exchange, GroupObserver
@@ -158,13 +163,18 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class Describe:
+    """DescribeGroups v5 from an admin connection; the answer is kept in `RunResult.describes`."""
+
+
+@dataclass(frozen=True)
 class Wait:
     """Let wall time pass while unpaused members heartbeat in the background."""
 
     ms: int
 
 
-Step = Join | Heartbeat | ForgeMemberId | Commit | Leave | AdminLeave | Bounce | Pause | Wait
+Step = Join | Heartbeat | ForgeMemberId | Commit | Leave | AdminLeave | Bounce | Pause | Describe | Wait
 
 
 @dataclass(frozen=True)
@@ -327,6 +337,8 @@ class RunResult:
     scenario: str
     target: str
     events: list[RebalanceEvent]
+    # What DescribeGroups said at each Describe step (see `describe_row`).
+    describes: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 class _Run:
@@ -340,6 +352,7 @@ class _Run:
         self.members = {spec.key: _Member(spec) for spec in scenario.members}
         self.t0 = time.monotonic()
         self._heartbeats: asyncio.Task[None] | None = None
+        self.describes: list[tuple[Any, ...]] = []
 
     def now_ms(self) -> int:
         return int((time.monotonic() - self.t0) * 1000)
@@ -413,6 +426,20 @@ class _Run:
                     member.spec = replace(spec, key=name)
             case Pause(member=name):
                 self.members[name].paused = True
+            case Describe():
+                from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+                from kio.schema.types import GroupId
+
+                admin = await Connection.open(self.host, self.port, "admin")
+                try:
+                    response = await admin.call(
+                        DescribeGroupsRequest(
+                            groups=(GroupId(self.group_id),), include_authorized_operations=False
+                        )
+                    )
+                finally:
+                    admin.close()
+                self.describes.append(describe_row(response.groups[0]))
             case Wait(ms=ms):
                 await asyncio.sleep(ms / 1000)
 
@@ -583,8 +610,26 @@ async def run_scenario(
         await ensure_topic(host, port, scenario.topic)
     coordinator_host, coordinator_port = await find_coordinator(host, port, group_id)
     observer = GroupObserver(session_id, scenario.name, run)
-    events = await _Run(scenario, coordinator_host, coordinator_port, group_id, observer).run()
-    return RunResult(scenario.name, run, events)
+    runner = _Run(scenario, coordinator_host, coordinator_port, group_id, observer)
+    events = await runner.run()
+    return RunResult(scenario.name, run, events, runner.describes)
+
+
+def describe_row(group: Any) -> tuple[Any, ...]:
+    """A DescribeGroups answer without member ids: state, protocol, and per member (sorted by
+    instance id, else client id) the client id, host, instance id, subscription and assignment."""
+    members = []
+    for m in group.members:
+        subscription = decode_subscription_topics(m.member_metadata) if m.member_metadata else ()
+        assignment = decode_assignment(m.member_assignment) if m.member_assignment else ()
+        members.append((m.group_instance_id or "", m.client_id, m.client_host, subscription, assignment))
+    return (
+        int(group.error_code),
+        group.group_state,
+        group.protocol_type,
+        group.protocol_data,
+        tuple(sorted(members)),
+    )
 
 
 def comparable(events: list[RebalanceEvent], compare_leader: bool = True) -> list[tuple[Any, ...]]:
@@ -631,7 +676,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "static-rolling-bounce",
             (_static("a"), _static("b", 5), _static("c", 7)),
-            (*form("a", "b", "c"), *_bounce_each(("a", "b", "c")), Heartbeat(("a", "b", "c"))),
+            (*form("a", "b", "c"), *_bounce_each(("a", "b", "c")), Heartbeat(("a", "b", "c")), Describe()),
             why="test_static_consumer_bounce: restarts within the session timeout cause no rebalance",
         ),
         Scenario(
@@ -670,6 +715,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Commit(("a",)),
                 Heartbeat(("a-twin", "b")),
                 Commit(("a-twin", "b")),
+                Describe(),
             ),
             why="test_fencing_static_consumer: the older process with the same instance id is fenced "
             "on Heartbeat and OffsetCommit (and JoinGroup/SyncGroup)",
@@ -683,7 +729,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "batch-leave-static",
             (_static("a"), _static("b"), _static("c")),
-            (*form("a", "b", "c"), AdminLeave(("b", "c", "nobody")), Join(("a",))),
+            (*form("a", "b", "c"), AdminLeave(("b", "c", "nobody")), Describe(), Join(("a",)), Describe()),
             why="KIP-345 LeaveGroup v3+: administrative batch removal by group.instance.id",
         ),
         Scenario(
@@ -696,6 +742,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Leave("d1"),
                 Bounce("d1"),
                 Join(("d1", "s1", "s2")),
+                Describe(),
             ),
             why="static and dynamic members coexist; only the dynamic bounce rebalances",
         ),

@@ -428,3 +428,21 @@ def test_commit_with_generation_to_a_missing_group(
     response = sim.call(1, api_version, Q.offset_commit(api_version, "missing", 3, "m", {("t", 0): 1}))
     assert response.topics[0].partitions[0].error_code == expected
     assert "missing" not in sim.coordinator.groups
+
+
+@pytest.mark.parametrize("behaviour", list(KafkaBehaviour))
+def test_describe_outside_stable_per_behaviour(behaviour: KafkaBehaviour) -> None:
+    """Outside Stable, Scala's summaryNoMetadata blanks the assignment; the new coordinator's
+    describeNoMetadata keeps it. Metadata and protocol are blank on both."""
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+
+    sim = Sim(config=CoordinatorConfig(group_initial_rebalance_delay_ms=0, kafka_behaviour=behaviour))
+    form_group(sim, [(1, "a"), (2, "b")])
+    sim.call(9, 3, Q.leave_group(3, "g", [("", "b")]))
+    described = sim.call(9, 5, DescribeGroupsRequest(groups=("g",), include_authorized_operations=False))
+    group = described.groups[0]
+    assert (group.group_state, group.protocol_data) == ("PreparingRebalance", "")
+    [member] = group.members
+    assert member.member_metadata == b""
+    kept = behaviour is KafkaBehaviour.NEW_COORDINATOR
+    assert member.member_assignment == (b"assign-a" if kept else b"")

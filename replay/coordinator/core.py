@@ -1156,8 +1156,9 @@ class GroupCoordinator:
         )
 
     def _describe_groups(self, ctx: RequestContext, request: Any) -> None:
-        """GroupCoordinator.handleDescribeGroup / GroupMetadata.summary: protocol data and member
-        metadata only when Stable; an unknown group is described as Dead."""
+        """GroupCoordinator.handleDescribeGroup / GroupMetadata.summary (ClassicGroup.describe on
+        the new coordinator): protocol data and member metadata only when Stable; an unknown
+        group is described as Dead."""
         api_version = ctx.api_version
         group_cls = R.nested(DESCRIBE_GROUPS, api_version, "DescribedGroup")
         member_cls = R.nested(DESCRIBE_GROUPS, api_version, "DescribedGroupMember")
@@ -1175,6 +1176,10 @@ class GroupCoordinator:
                     values["error_code"] = R.error(GROUP_ID_NOT_FOUND)
             else:
                 stable = group.is_in(GroupState.STABLE)
+                # Outside Stable, Scala's MemberMetadata.summaryNoMetadata blanks metadata and
+                # assignment; the new coordinator's ClassicGroupMember.describeNoMetadata keeps the
+                # assignment (seen on 3.9-new and 4.x brokers in batch-leave-static).
+                keep_assignment = self.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR
                 members = tuple(
                     R.build(
                         member_cls,
@@ -1186,7 +1191,7 @@ class GroupCoordinator:
                             "member_metadata": m.metadata(group.protocol_name)
                             if stable and group.protocol_name
                             else b"",
-                            "member_assignment": m.assignment if stable else b"",
+                            "member_assignment": m.assignment if stable or keep_assignment else b"",
                         },
                     )
                     for m in group.members.values()
