@@ -206,17 +206,14 @@ def test_diff_labels_changed_missing_unexpected_and_noise(spark: SparkSession) -
             ("broker-9", "assignment", "b", 1, "t-0"),  # a real change
             ("broker-9", "leader", "", 1, "a"),
             ("broker-9", "expired", "a", 0, "expired"),  # unexpected
-            # fenced b missing in broker-9
+            # fenced b missing in broker-9; broker-8 has no facts at all but exists
         ],
     )
-    pairs = spark.createDataFrame(
-        [
-            ("s1", "x", "g", "reference", "broker-9", "compare"),
-            ("s1", "x", "g", "reference", "reference~2", "noise"),
-        ],
-        PAIRS_SCHEMA,
+    summary = spark.createDataFrame(
+        [("s1", "x", r, "g") for r in ("reference", "reference~2", "broker-9", "broker-8")],
+        "session_id string, scenario string, run string, group_id string",
     )
-    got = T.label_noise(T.diff_facts(facts, pairs)).select(
+    got = T.diff_runs(facts, summary, "reference").select(
         "observed_run",
         "aspect",
         "subject",
@@ -234,17 +231,26 @@ def test_diff_labels_changed_missing_unexpected_and_noise(spark: SparkSession) -
             ("broker-9", "assignment", "b", 1, "t-1", "t-0", "changed", 1, False),
             ("broker-9", "expired", "a", 0, None, "expired", "unexpected", 5, False),
             ("broker-9", "fenced", "b", 0, "fenced", None, "missing", 5, False),
+            ("broker-8", "assignment", "a", 1, "t-0", None, "missing", 1, True),
+            ("broker-8", "assignment", "b", 1, "t-1", None, "missing", 1, False),
+            ("broker-8", "leader", "", 1, "a", None, "missing", 2, False),
+            ("broker-8", "fenced", "b", 0, "fenced", None, "missing", 5, False),
         ],
     )
 
 
-def test_identical_rebalances_with_other_ids_times_and_generations_do_not_differ(spark: SparkSession) -> None:
-    events = frame(spark, one_run("reference", 1) + one_run("broker-3.9.1", 41, ts_offset=777))
+def _compare(events):
     rebalances = T.observed_rebalances(events)
     summary = T.run_summary(events, rebalances)
-    facts = T.run_facts(events, rebalances, T.member_assignments(events, rebalances))
+    facts = T.run_facts(events, summary, rebalances, T.member_assignments(events, rebalances))
     pairs = T.comparison_pairs(summary, "reference")
-    diffs = T.label_noise(T.diff_facts(facts, pairs))
+    diffs = T.diff_runs(facts, summary, "reference")
+    return facts, pairs, summary, diffs
+
+
+def test_identical_rebalances_with_other_ids_times_and_generations_do_not_differ(spark: SparkSession) -> None:
+    events = frame(spark, one_run("reference", 1) + one_run("broker-3.9.1", 41, ts_offset=777))
+    facts, pairs, summary, diffs = _compare(events)
     assert facts.count() == 2 * (1 + 2 + 4)  # count, two leaders, four assignments per run
     assert diffs.count() == 0
     verdicts = T.session_verdicts(pairs, summary, diffs).select("observed_run", "status", "diffs")
@@ -262,11 +268,7 @@ def test_verdicts_name_what_differs_and_fail_without_expected_run(spark: SparkSe
     ]
     orphan = [ev("broker-4.1.0", 0, "member_joined", session="s2")]
     events = frame(spark, one_run("reference", 1) + broker + orphan)
-    rebalances = T.observed_rebalances(events)
-    summary = T.run_summary(events, rebalances)
-    facts = T.run_facts(events, rebalances, T.member_assignments(events, rebalances))
-    pairs = T.comparison_pairs(summary, "reference")
-    diffs = T.label_noise(T.diff_facts(facts, pairs))
+    _, pairs, summary, diffs = _compare(events)
     got = T.session_verdicts(pairs, summary, diffs).select(
         "session_id",
         "status",

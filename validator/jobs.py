@@ -25,6 +25,9 @@ from validator.schemas import (
     READ_SCHEMA,
 )
 
+USED_COLUMNS: tuple[str, ...] = tuple(
+    c for c in EVENT_SCHEMA.fieldNames() if c not in ("member_id", "group_instance_id", "skip_assignment")
+)
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 PARQUET_SUFFIXES = (".parquet",)
 WORST_SESSIONS_IN_REPORT = 30
@@ -196,6 +199,8 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
         flagged = flagged.withColumn(
             "source_file", F.when(F.col("bad_reason").isNotNull(), F.col("source_file"))
         )
+        # Keep only what the transforms read (member_id and friends are never compared).
+        flagged = flagged.select(*USED_COLUMNS, "bad_reason", CORRUPT_RECORD_COLUMN, "source_file")
         flagged = flagged.repartition(partitions, "session_id").persist(keep)
         try:
             by_reason = flagged.groupBy("bad_reason").count().collect()
@@ -209,7 +214,7 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
         )
         if data.rows_bad:
             data.bad_samples = _rows(bad_rows.limit(BAD_ROW_SAMPLES))
-        events = flagged.where(F.col("bad_reason").isNull()).select(*EVENT_SCHEMA.fieldNames())
+        events = flagged.where(F.col("bad_reason").isNull()).select(*USED_COLUMNS)
         if data.rows_total == data.rows_bad:
             raise InputError(
                 f"none of the {data.rows_total} event rows is usable ({_reasons(data.bad_by_reason)})"
@@ -225,16 +230,15 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
                 f"no `{options.expected_run}` run in the events (runs present: {', '.join(data.runs)}); "
                 "choose another with --expected"
             )
-        facts = T.run_facts(events, rebalances, T.member_assignments(events, rebalances)).persist(keep)
+        facts = T.run_facts(events, summary, rebalances, T.member_assignments(events, rebalances))
         pairs = T.comparison_pairs(summary, options.expected_run).persist(keep)
 
     with stage("diff expected vs observed, label noise"):
-        diffs = T.label_noise(T.diff_facts(facts, pairs)).persist(keep)
+        diffs = T.diff_runs(facts, summary, options.expected_run).persist(keep)
         verdicts = T.session_verdicts(pairs, summary, diffs).persist(keep)
         totals = diffs.groupBy("is_noise").count().collect()
         data.diffs_total = sum(int(r["count"]) for r in totals if not r["is_noise"])
         data.noise_total = sum(int(r["count"]) for r in totals if r["is_noise"])
-        facts.unpersist()
 
     with stage("compatibility matrix"):
         matrix = T.compatibility_matrix(verdicts, T.session_clients(events)).persist(keep)

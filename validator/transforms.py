@@ -91,7 +91,7 @@ def observed_rebalances(events: DataFrame) -> DataFrame:
         F.min("seq").alias("first_seq"),
         F.min("ts_ms").alias("ts_ms"),
         F.min(F.when(F.col("is_leader"), F.col("member_key"))).alias("leader"),
-        F.count_distinct("member_key").alias("members"),
+        F.size(F.collect_set("member_key")).cast("long").alias("members"),
         F.min("protocol_name").alias("protocol_name"),
     )
     order = Window.partitionBy(*RUN_KEY).orderBy("first_seq", "generation_id")
@@ -129,7 +129,7 @@ def run_summary(events: DataFrame, rebalances: DataFrame) -> DataFrame:
     """Per run and group: rebalance count, members, who was fenced, expired or left, error codes."""
     per_run = events.groupBy(*RUN_KEY).agg(
         F.count(F.when(F.col("event") == "rebalance_started", True)).alias("rebalances_started"),
-        F.count_distinct("member_key").alias("members"),
+        F.size(F.collect_set("member_key")).cast("long").alias("members"),
         _members_with("member_fenced").alias("fenced"),
         _members_with("member_expired").alias("expired"),
         _members_with("member_left").alias("left"),
@@ -162,13 +162,13 @@ def _fact(frame: DataFrame, aspect: str, subject: Column, ordinal: Column, value
     )
 
 
-def run_facts(events: DataFrame, rebalances: DataFrame, assignments: DataFrame) -> DataFrame:
+def run_facts(
+    events: DataFrame, summary: DataFrame, rebalances: DataFrame, assignments: DataFrame
+) -> DataFrame:
     """Everything that must not drift between runs, one comparable (aspect, subject, ordinal) each."""
     whole_run = F.lit(WHOLE_RUN)
     no_subject = F.lit("")
-    counts = rebalances.groupBy(*RUN_KEY).agg(F.count("*").alias("n"))
-    runs = events.select(*RUN_KEY).distinct()
-    counts = runs.join(counts, list(RUN_KEY), "left").fillna(0, subset=["n"])
+    counts = summary.select(*RUN_KEY, F.col("rebalance_count").alias("n"))
     marks = events.where(F.col("event").isin("member_fenced", "member_expired")).select(
         *RUN_KEY, "member_key", F.regexp_replace("event", "^member_", "").alias("aspect")
     )
@@ -257,62 +257,60 @@ def comparison_pairs(runs: DataFrame, expected_run: str) -> DataFrame:
 FACT_KEY: tuple[str, ...] = ("aspect", "subject", "ordinal")
 
 
-def diff_facts(facts: DataFrame, pairs: DataFrame) -> DataFrame:
-    """Facts that differ between the two runs of each pair (a full outer join on the fact key).
+def diff_runs(facts: DataFrame, summary: DataFrame, expected_run: str) -> DataFrame:
+    """Facts that differ between the expected run and each observed run, labelled noise or not.
 
-    `change` is `changed`, `missing` (expected has it, observed not) or `unexpected` (the reverse).
+    One grouped pass, no pairwise joins: per (session, scenario, group, fact) the values of all
+    runs go into a map; each observed first attempt (run without `~N`) is compared with the
+    expected run, and the fact is *unstable* (its differences are noise) when any run disagrees
+    with one of its own repeats. `change` is `changed`, `missing` (expected has it, observed not)
+    or `unexpected` (the reverse).
     """
-    fact_cols = [*GROUP_KEY, *FACT_KEY]
-    expected = pairs.join(
-        facts.withColumnRenamed("run", "expected_run").withColumnRenamed("value", "expected_value"),
-        [*GROUP_KEY, "expected_run"],
+    runs = summary.groupBy(*GROUP_KEY).agg(F.collect_set("run").alias("runs"))
+    values = facts.groupBy(*GROUP_KEY, *FACT_KEY).agg(
+        F.map_from_entries(F.collect_list(F.struct("run", "value"))).alias("values")
     )
-    observed = pairs.join(
-        facts.withColumnRenamed("run", "observed_run").withColumnRenamed("value", "observed_value"),
-        [*GROUP_KEY, "observed_run"],
+    by_fact = values.join(runs, list(GROUP_KEY))
+
+    def value_of(run: Column) -> Column:
+        return F.try_element_at(F.col("values"), run)
+
+    unstable = F.exists(
+        "runs",
+        lambda r: (
+            (run_attempt(r) > 1)
+            & F.array_contains(F.col("runs"), base_run(r))
+            & ~value_of(r).eqNullSafe(value_of(base_run(r)))
+        ),
     )
-    joined = expected.join(observed, [*fact_cols, "expected_run", "observed_run", "role"], "full_outer")
+    observed_runs = F.filter("runs", lambda r: (run_attempt(r) == 1) & (r != F.lit(expected_run)))
+    exploded = by_fact.select(
+        *GROUP_KEY,
+        *FACT_KEY,
+        "values",
+        unstable.alias("is_noise"),
+        F.explode(observed_runs).alias("observed_run"),
+    )
+    expected_value = value_of(F.lit(expected_run))
+    observed_value = value_of(F.col("observed_run"))
     change = (
-        F.when(F.col("expected_value").isNull(), F.lit("unexpected"))
-        .when(F.col("observed_value").isNull(), F.lit("missing"))
+        F.when(expected_value.isNull(), F.lit("unexpected"))
+        .when(observed_value.isNull(), F.lit("missing"))
         .otherwise(F.lit("changed"))
     )
-    return joined.where(~F.col("expected_value").eqNullSafe(F.col("observed_value"))).select(
-        *GROUP_KEY,
-        "expected_run",
-        "observed_run",
-        "role",
-        *FACT_KEY,
-        "expected_value",
-        "observed_value",
-        change.alias("change"),
-    )
-
-
-def label_noise(diffs: DataFrame) -> DataFrame:
-    """`compare` diffs with `severity` and `is_noise`.
-
-    A fact that differs between any run and its repeat is unstable in that session (timing,
-    join order ...), so every difference on it is noise, whichever runs are compared.
-    """
-    fact_cols = [*GROUP_KEY, *FACT_KEY]
-    unstable = diffs.where(F.col("role") == "noise").select(*fact_cols).distinct()
-    unstable = unstable.withColumn("unstable", F.lit(True))
-    compared = diffs.where(F.col("role") == "compare").drop("role")
     severity = F.create_map(
         *[x for aspect, sev in ASPECT_SEVERITY.items() for x in (F.lit(aspect), F.lit(sev))]
     )
-    labelled = compared.join(unstable, fact_cols, "left")
-    return labelled.select(
+    return exploded.where(~expected_value.eqNullSafe(observed_value)).select(
         *GROUP_KEY,
-        "expected_run",
+        F.lit(expected_run).alias("expected_run"),
         "observed_run",
         *FACT_KEY,
-        "expected_value",
-        "observed_value",
-        "change",
+        expected_value.alias("expected_value"),
+        observed_value.alias("observed_value"),
+        change.alias("change"),
         severity[F.col("aspect")].cast("int").alias("severity"),
-        F.coalesce(F.col("unstable"), F.lit(False)).alias("is_noise"),
+        "is_noise",
     )
 
 
