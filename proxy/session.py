@@ -236,9 +236,14 @@ class _Direction:
                                 out.append(data[fwd:pos])
                             fwd = None
                         if n - pos - 4 >= size:
-                            buf += data[pos : pos + 4 + size]
+                            # Kept and whole in this chunk: one slice is the only copy.
+                            payload = data[pos + 4 : pos + 4 + size]
+                            replacement = self._finish(payload)
+                            if hold:
+                                kept = payload if replacement is None else replacement
+                                out.append(_SIZE.pack(len(kept)) + kept)
+                            self._keep = self._hold = False
                             pos += 4 + size
-                            self._complete(out)
                             if fwd is None:
                                 fwd = pos
                         else:
