@@ -152,7 +152,6 @@ class _ClientSide(asyncio.Protocol):
         self.recorder = recorder
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        self.early: list[bytes] = []
         self.closing = False
         self.reading_paused = False
         self.peer = "?"
