@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from validator import transforms as T
@@ -285,7 +285,13 @@ def write_tables(tables: Tables, out_dir: Path, *, include_bad: bool) -> list[st
 def _collect_report(tables: Tables, data: ReportData) -> None:
     """The worst comparisons, their diffs and the rebalance timelines of their sessions (and of
     each matrix cell's worst session, so every link in the report lands)."""
-    worst_order = [F.desc("worst_severity"), F.desc("diffs"), "session_id", "group_id", "observed_run"]
+    worst_order: list[Column | str] = [
+        F.desc("worst_severity"),
+        F.desc("diffs"),
+        "session_id",
+        "group_id",
+        "observed_run",
+    ]
     failing = tables.verdicts.where(F.col("status") != "pass")
     worst = _rows(failing.orderBy(*worst_order).limit(WORST_SESSIONS_IN_REPORT))
     if not worst:  # all pass: still show a few sessions' timelines
