@@ -307,6 +307,15 @@ class _Connection:
         self.closed = False
 
     def deliver(self, correlation_id: int, response: Any) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "connection %d <- %s correlation=%d error=%s closed=%s",
+                self.connection_id,
+                type(response).__name__,
+                correlation_id,
+                getattr(response, "error_code", None),
+                self.closed,
+            )
         if not self.closed:
             self.writer.write(encode_response(response, correlation_id))
         waiter = self.waiting.pop(correlation_id, None)
@@ -343,6 +352,15 @@ class _Connection:
             return False
         api_key, api_version = header.api_key, header.api_version
         server = self.server
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "connection %d -> api_key=%d v%d correlation=%d client=%s",
+                self.connection_id,
+                api_key,
+                api_version,
+                header.correlation_id,
+                header.client_id,
+            )
         if api_key == API_VERSIONS:
             low, high = SERVER_VERSIONS[API_VERSIONS]
             if not (low <= api_version <= high) or not supports(api_key, api_version):

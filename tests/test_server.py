@@ -215,6 +215,10 @@ def test_static_rolling_bounce_does_not_rebalance(served: Served, kind: str) -> 
             ),
             60,
             "both static members to hold two partitions",
+            lambda: {
+                "clients": {n: m.snapshot()[-4:] for n, m in members.items()},
+                "coordinator": served.events(group)[-12:],
+            },
         )
         before = {name: m.last_assignment().partitions for name, m in members.items()}  # type: ignore[union-attr]
         rebalances, generation = served.rebalances(group), served.generation(group)
