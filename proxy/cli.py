@@ -60,13 +60,13 @@ async def _run(config: ProxyConfig, record: str | None) -> None:
         )
     server = ProxyServer(config, recorder)
     try:
-        host, port = await server.start()
-        print(f"proxy listening on {host}:{port} -> {config.upstream[0]}:{config.upstream[1]}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM):  # before the "listening" line supervisors wait for
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(signum, stop.set)
+        host, port = await server.start()
+        print(f"proxy listening on {host}:{port} -> {config.upstream[0]}:{config.upstream[1]}", flush=True)
         await stop.wait()
     finally:
         await server.close()
