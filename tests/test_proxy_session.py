@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from proxy.addressing import AddressRewriter, StaticDirectory
 from proxy.session import Close, ProxySession, Record, SendClient, SendUpstream
@@ -176,3 +176,45 @@ def test_out_of_order_response_closes() -> None:
     [close] = session.upstream_data(frame((2).to_bytes(4, "big") + b"\x00\x00"), 0)
     assert isinstance(close, Close) and "correlation_id=2" in close.reason
     assert session.upstream_data(b"more", 0) == []
+
+
+def test_describe_cluster_and_batched_find_coordinator_are_rewritten() -> None:
+    import kio.schema.describe_cluster.v1.response as dc1
+    import kio.schema.find_coordinator.v4.response as fc4
+
+    from proxy.wire import decode_response
+
+    rewriter = AddressRewriter(StaticDirectory("127.0.0.1", 30000))
+    cluster = dc1.DescribeClusterResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=i8(1),
+        cluster_id="c",
+        controller_id=BrokerId(2),
+        brokers=(dc1.DescribeClusterBroker(broker_id=BrokerId(2), host="b2", port=i32(9093), rack=None),),
+        cluster_authorized_operations=i32(0),
+    )
+    rewritten = rewriter.rewrite_response(60, 1, encode_response(cluster, 3)[4:])
+    assert rewritten is not None
+    _, body = decode_response(rewritten, 60, 1)
+    assert [(b.host, b.port) for b in body.brokers] == [("127.0.0.1", 30002)]
+    coordinators = fc4.FindCoordinatorResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        coordinators=(
+            fc4.Coordinator(key="g1", node_id=BrokerId(2), host="b2", port=i32(9093), error_code=ErrorCode.none,
+                            error_message=None),
+            fc4.Coordinator(key="g2", node_id=BrokerId(-1), host="", port=i32(-1),
+                            error_code=ErrorCode.coordinator_not_available, error_message=None),
+        ),
+    )  # fmt: skip
+    rewritten = rewriter.rewrite_response(10, 4, encode_response(coordinators, 4)[4:])
+    assert rewritten is not None
+    _, body = decode_response(rewritten, 10, 4)
+    assert [(c.key, c.host, c.port) for c in body.coordinators] == [
+        ("g1", "127.0.0.1", 30002),
+        ("g2", "", -1),
+    ]
+    # Nothing to route: the frame is left alone.
+    assert rewriter.rewrite_response(10, 4, encode_response(fc4.FindCoordinatorResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), coordinators=()), 4)[4:]) is None  # fmt: skip
