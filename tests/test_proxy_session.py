@@ -199,22 +199,29 @@ def test_describe_cluster_and_batched_find_coordinator_are_rewritten() -> None:
     assert rewritten is not None
     _, body = decode_response(rewritten, 60, 1)
     assert [(b.host, b.port) for b in body.brokers] == [("127.0.0.1", 30002)]
-    coordinators = fc4.FindCoordinatorResponse(
-        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-        coordinators=(
-            fc4.Coordinator(key="g1", node_id=BrokerId(2), host="b2", port=i32(9093), error_code=ErrorCode.none,
-                            error_message=None),
-            fc4.Coordinator(key="g2", node_id=BrokerId(-1), host="", port=i32(-1),
-                            error_code=ErrorCode.coordinator_not_available, error_message=None),
-        ),
-    )  # fmt: skip
+    none_time = i32Timedelta.parse(datetime.timedelta(0))
+    found = fc4.Coordinator(
+        key="g1",
+        node_id=BrokerId(2),
+        host="b2",
+        port=i32(9093),
+        error_code=ErrorCode.none,
+        error_message=None,
+    )
+    missing = fc4.Coordinator(
+        key="g2",
+        node_id=BrokerId(-1),
+        host="",
+        port=i32(-1),
+        error_code=ErrorCode.coordinator_not_available,
+        error_message=None,
+    )
+    coordinators = fc4.FindCoordinatorResponse(throttle_time=none_time, coordinators=(found, missing))
     rewritten = rewriter.rewrite_response(10, 4, encode_response(coordinators, 4)[4:])
     assert rewritten is not None
     _, body = decode_response(rewritten, 10, 4)
-    assert [(c.key, c.host, c.port) for c in body.coordinators] == [
-        ("g1", "127.0.0.1", 30002),
-        ("g2", "", -1),
-    ]
+    got = [(c.key, c.host, c.port) for c in body.coordinators]
+    assert got == [("g1", "127.0.0.1", 30002), ("g2", "", -1)]
     # Nothing to route: the frame is left alone.
-    assert rewriter.rewrite_response(10, 4, encode_response(fc4.FindCoordinatorResponse(
-        throttle_time=i32Timedelta.parse(datetime.timedelta(0)), coordinators=()), 4)[4:]) is None  # fmt: skip
+    empty = fc4.FindCoordinatorResponse(throttle_time=none_time, coordinators=())
+    assert rewriter.rewrite_response(10, 4, encode_response(empty, 4)[4:]) is None
