@@ -303,7 +303,7 @@ def render_html(data: ReportData) -> str:
         if diffs:
             parts.append(
                 "<table><tr><th>observed</th><th>aspect</th><th>member</th><th>generation</th>"
-                "<th>expected</th><th>observed value</th><th>change</th><th></th></tr>"
+                "<th>expected</th><th>observed value</th><th>change</th><th>noise?</th></tr>"
             )
             for d in diffs:
                 parts.append(
