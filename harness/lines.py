@@ -29,8 +29,10 @@ class Coordinators(enum.Enum):
 
     CLASSIC_ONLY = "classic-only"  # <= 3.5, and every ZooKeeper-mode broker
     BOTH_DEFAULT_CLASSIC = "both, default classic"  # 3.6 - 3.9 (KRaft)
-    BOTH_DEFAULT_NEW = "both, default new"  # 4.0
-    NEW_ONLY = "new-only"  # 4.1+: the Scala GroupCoordinator was deleted (KAFKA-18329)
+    BOTH_DEFAULT_NEW = "both, default new"  # 4.0 (checked on 4.0.1: =false starts the Scala one)
+    # 4.1+: the Scala GroupCoordinator was deleted (KAFKA-18329). Checked on 4.3.1: the broker
+    # accepts group.coordinator.new.enable=false without complaint and still runs the new one.
+    NEW_ONLY = "new-only"
 
 
 @dataclass(frozen=True)

@@ -162,8 +162,10 @@ def _coordinator_lines(log_text: str) -> tuple[bool, bool]:
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("new_coordinator", [False, True])
-def test_39_runs_the_chosen_group_coordinator(broker_factory, new_coordinator: bool) -> None:
-    broker = broker_factory(KAFKA_39, new_coordinator=new_coordinator)
+@pytest.mark.parametrize("kafka_version", [KAFKA_39, "4.0.1"])
+def test_runs_the_chosen_group_coordinator(broker_factory, kafka_version: str, new_coordinator: bool) -> None:
+    """3.6-4.0 ship both coordinators; `group.coordinator.new.enable` picks one (4.0 defaults to new)."""
+    broker = broker_factory(kafka_version, new_coordinator=new_coordinator)
     new_seen, old_seen = _coordinator_lines(broker.log_path.read_text())
     assert (new_seen, old_seen) == (new_coordinator, not new_coordinator)
     assert broker.new_coordinator is new_coordinator
