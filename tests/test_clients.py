@@ -13,6 +13,7 @@ KINDS = [
     (ClientKind.AIOKAFKA, None),
     (ClientKind.JAVA, "3.9.2"),
     (ClientKind.JAVA, "2.4.1"),
+    (ClientKind.JAVA, "4.3.1"),
 ]
 
 
