@@ -696,7 +696,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "static-leader-rejoin-v9",
             (_static("a", 9), _static("b", 9)),
-            (*form("a", "b"), Bounce("a"), Join(("a",)), Heartbeat(("a", "b"))),
+            (*form("a", "b"), Bounce("a"), Join(("a",)), Heartbeat(("a", "b")), Describe()),
             why="KIP-814: the rejoining static leader gets SkipAssignment and the member list",
         ),
         Scenario(
@@ -766,6 +766,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Bounce("b", as_spec=MemberSpec(key="b", join_api_version=9, session_timeout_ms=3000)),
                 Join(("b", "a")),
                 Heartbeat(("a", "b")),
+                Describe(),
             ),
             why="KIP-345 downgrade: a restart without group.instance.id is a new dynamic member; "
             "the old static identity stays until its session times out. (The follower switches: "
@@ -780,7 +781,13 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "pre-v3-clients",
             (_static("a", 9), _dynamic("v0", 0), _dynamic("v2", 2)),
-            (*form("a", "v2", "v0"), Heartbeat(("a", "v2", "v0")), Leave("v0"), Join(("a", "v2"))),
+            (
+                *form("a", "v2", "v0"),
+                Heartbeat(("a", "v2", "v0")),
+                Leave("v0"),
+                Join(("a", "v2")),
+                Describe(),
+            ),
             why="JoinGroup v0 (the session timeout doubles as rebalance timeout) and v2 clients beside a "
             "static v9 member (4.3.1 still serves JoinGroup v0-v9; KIP-896 removed OffsetCommit v0-1 "
             "and OffsetFetch v0)",
