@@ -70,9 +70,17 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
+_MS: dict[Any, int] = {}
+
+
 def _ms(duration: Any) -> int:
-    """kio's i32Timedelta -> whole milliseconds."""
-    return int(duration.days * 86_400_000 + duration.seconds * 1000 + duration.microseconds // 1000)
+    """kio's i32Timedelta -> whole milliseconds (memoised: clients send a handful of values)."""
+    ms = _MS.get(duration)
+    if ms is None:
+        ms = int(duration.days * 86_400_000 + duration.seconds * 1000 + duration.microseconds // 1000)
+        if len(_MS) < 4096:
+            _MS[duration] = ms
+    return ms
 
 
 def heartbeat_key(group_id: str, member_id: str) -> str:
@@ -258,7 +266,7 @@ class GroupCoordinator:
         session_timeout_ms = _ms(request.session_timeout)
         # JoinGroup v0 has no rebalance timeout: Kafka uses the session timeout (KafkaApis).
         rebalance_timeout_ms = _ms(request.rebalance_timeout) if api_version >= 1 else session_timeout_ms
-        protocols: Protocols = tuple((p.name, p.metadata) for p in request.protocols)
+        protocols: Protocols = tuple([(p.name, p.metadata) for p in request.protocols])
         protocol_type: str = request.protocol_type
 
         if not group_id:
