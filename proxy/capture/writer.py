@@ -24,9 +24,14 @@ batches and flushes after each, so a killed proxy leaves a file readable up to t
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import pickle
 import queue
 import struct
+import subprocess
+import sys
 import threading
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -200,90 +205,35 @@ def _redact(record: Record, payload: bytes, direction: str) -> tuple[bytes, int 
     return payload[:header_size], len(payload) - header_size
 
 
-class CaptureWriter:
-    """Writes a capture file from proxy `Record`s; all file work happens on one thread."""
+class _Synthesizer:
+    """Records -> pcapng bytes. Runs in the writer process (`_writer_process_main`)."""
 
-    def __init__(self, path: str | Path, *, upstream: str, policy: str = "pass-through") -> None:
-        self.path = Path(path)
-        self.header = {
-            "format": CAPTURE_FORMAT,
-            "format_version": CAPTURE_FORMAT_VERSION,
-            "tool_version": tool_version(),
-            "upstream": upstream,
-            "policy": policy,
-        }
-        self._handle = self.path.open("wb")
-        self._blocks = _PcapNgBlocks(self._handle)
-        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+    def __init__(self) -> None:
+        self._blocks = _PcapNgBlocks(io.BytesIO())
         self._streams: dict[tuple[int, int], _Stream] = {}
         self._brokers: dict[str, int] = {}
         self._json_cache: dict[str | None, str] = {}
-        self.queued_bytes = 0  # written by the event loop thread only
-        self.written_bytes = 0  # written by the writer thread only
+        self.written_bytes = 0
         self.error: BaseException | None = None
-        self._handle.write(self._blocks.header_blocks(json.dumps(self.header, separators=(",", ":"))))
-        self._handle.flush()
-        self._thread = threading.Thread(target=self._run, name="capture-writer", daemon=True)
-        self._thread.start()
 
-    # -- called from the event loop: cheap, never blocks ----------------------------------------
-
-    @property
-    def backlog_bytes(self) -> int:
-        return self.queued_bytes - self.written_bytes
-
-    def open_connection(self, conn: int, ts_ns: int, client: str, upstream: str) -> None:
-        self._queue.put(("open", conn, ts_ns, client, upstream))
-
-    def record(self, record: Record) -> None:
-        self.queued_bytes += len(record.client_payload)
-        self._queue.put(("frame", record))
-
-    def close_connection(self, conn: int, ts_ns: int, reason: str) -> None:
-        self._queue.put(("close", conn, ts_ns, reason))
-
-    def close(self) -> None:
-        """Write everything queued, then close the file (blocks until the thread is done)."""
-        self._queue.put(None)
-        self._thread.join()
-        self._handle.close()
-
-    # -- the writer thread --------------------------------------------------------------------
-
-    def _run(self) -> None:
-        get = self._queue.get
-        get_nowait = self._queue.get_nowait
-        while True:
-            item = get()
-            batch = [item]
-            while len(batch) < 512:
-                try:
-                    batch.append(get_nowait())
-                except queue.Empty:
-                    break
-            out: list[bytes] = []
-            stop = False
-            run: list[Record] = []
-            for entry in batch:
-                if entry is not None and entry[0] == "frame":
-                    record = entry[1]
-                    if run and (run[0].conn != record.conn or run[0].direction != record.direction):
-                        self._flush_run(run, out)
-                    run.append(record)
-                    continue
-                self._flush_run(run, out)
-                if entry is None:
-                    stop = True
-                    break
-                try:
-                    self._write(entry, out)
-                except Exception as exc:  # keep recording the rest; remember the first failure
-                    self.error = self.error or exc
+    def batch(self, batch: list[tuple[Any, ...]]) -> bytes:
+        """One pickled batch from the proxy: frames as plain `Record` tuples, events tagged."""
+        out: list[bytes] = []
+        run: list[Record] = []
+        for entry in batch:
+            if type(entry[0]) is int:  # a frame
+                record = Record._make(entry)
+                if run and (run[0].conn != record.conn or run[0].direction != record.direction):
+                    self._flush_run(run, out)
+                run.append(record)
+                continue
             self._flush_run(run, out)
-            self._handle.write(b"".join(out))
-            self._handle.flush()
-            if stop:
-                return
+            try:
+                self._write(entry, out)
+            except Exception as exc:  # keep recording the rest; remember the first failure
+                self.error = self.error or exc
+        self._flush_run(run, out)
+        return b"".join(out)
 
     def _stream(self, conn: int, leg: int, upstream: str | None = None) -> _Stream:
         key = (conn, leg)
@@ -306,8 +256,6 @@ class CaptureWriter:
     def _write(self, entry: tuple[Any, ...], out: list[bytes]) -> None:
         blocks = self._blocks
         match entry:
-            case ("frame", record):
-                self._write_run([record], out)
             case ("open", conn, ts_ns, client, upstream):
                 for leg in (0, 1):
                     stream = self._stream(conn, leg, upstream)
@@ -426,3 +374,180 @@ class CaptureWriter:
                 packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, data, body)
                 out.append(packet_block(packet, leg, ts_ns, comments or None))
         self.written_bytes += sum(len(r.client_payload) for r in run)
+
+
+# ---------------------------------------------------------------------------------------------
+# The proxy side: a queue, a sender thread, and the writer process
+
+_LENGTH = struct.Struct("<I")
+_ACK = struct.Struct("<cq")  # b"W" + payload bytes written so far; b"E" + length of an error text
+_BATCH_ITEMS = 4096
+_BATCH_BYTES = 1 << 20
+_PIPE_BYTES = 1 << 20
+
+
+class CaptureWriter:
+    """Writes a capture file from proxy `Record`s without taking the event loop's CPU.
+
+    The event loop only puts tuples on a `queue.SimpleQueue` (never blocks). One background
+    thread (the design's writer thread) takes them in batches, pickles each batch (plain tuples
+    of ints, strings and bytes: a C-level copy) and pipes it to a writer process
+    (`python -m proxy.capture.writer`), which synthesizes the packets, writes them and flushes
+    after every batch, so a killed proxy leaves a file readable up to the last whole block (the
+    writer process finishes what it was sent when its input closes). The synthesis, the TCP
+    checksums and the JSON comments therefore run on another core and never hold the proxy's GIL.
+    The writer process reports the payload bytes written after each batch; `backlog_bytes` is
+    what the proxy has queued beyond that, and the server stops reading clients when it is high.
+    """
+
+    def __init__(self, path: str | Path, *, upstream: str, policy: str = "pass-through") -> None:
+        self.path = Path(path)
+        self.header = {
+            "format": CAPTURE_FORMAT,
+            "format_version": CAPTURE_FORMAT_VERSION,
+            "tool_version": tool_version(),
+            "upstream": upstream,
+            "policy": policy,
+        }
+        with self.path.open("wb") as handle:  # fails here, in the caller, on a bad path
+            handle.write(_PcapNgBlocks(handle).header_blocks(json.dumps(self.header, separators=(",", ":"))))
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.queued_bytes = 0  # written by the event loop thread only
+        self.written_bytes = 0  # reported by the writer process
+        self.error: BaseException | None = None
+        self._dead = False
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "proxy.capture.writer", str(self.path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=_package_root(),
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        _grow_pipe(self._process.stdin.fileno())
+        self._sender = threading.Thread(target=self._send, name="capture-writer", daemon=True)
+        self._acks = threading.Thread(target=self._read_acks, name="capture-acks", daemon=True)
+        self._sender.start()
+        self._acks.start()
+
+    # -- called from the event loop: cheap, never blocks ----------------------------------------
+
+    @property
+    def backlog_bytes(self) -> int:
+        return 0 if self._dead else self.queued_bytes - self.written_bytes
+
+    def open_connection(self, conn: int, ts_ns: int, client: str, upstream: str) -> None:
+        self._queue.put(("open", conn, ts_ns, client, upstream))
+
+    def record(self, record: Record) -> None:
+        self.queued_bytes += len(record.client_payload)
+        self._queue.put(record)
+
+    def close_connection(self, conn: int, ts_ns: int, reason: str) -> None:
+        self._queue.put(("close", conn, ts_ns, reason))
+
+    def close(self) -> None:
+        """Write everything queued, then close the file (blocks until the writer process is done)."""
+        self._queue.put(None)
+        self._sender.join()
+        self._process.wait()
+        self._acks.join()
+
+    # -- the sender thread ----------------------------------------------------------------------
+
+    def _send(self) -> None:
+        get = self._queue.get
+        get_nowait = self._queue.get_nowait
+        stdin = self._process.stdin
+        assert stdin is not None
+        stop = False
+        while not stop:
+            batch: list[tuple[Any, ...]] = []
+            size = 0
+            item = get()
+            while True:
+                if item is None:
+                    stop = True
+                    break
+                if type(item) is tuple:
+                    batch.append(item)
+                else:
+                    batch.append(tuple(item))
+                    size += len(item[9])
+                if len(batch) >= _BATCH_ITEMS or size >= _BATCH_BYTES:
+                    break
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    break
+            if not batch or self._dead:
+                continue
+            data = pickle.dumps(batch, protocol=5)
+            try:
+                stdin.write(_LENGTH.pack(len(data)))
+                stdin.write(data)
+                stdin.flush()
+            except (BrokenPipeError, ValueError, OSError) as exc:
+                self.error = self.error or exc
+                self._dead = True
+        with contextlib.suppress(OSError):
+            stdin.close()
+
+    def _read_acks(self) -> None:
+        stdout = self._process.stdout
+        assert stdout is not None
+        while True:
+            head = stdout.read(_ACK.size)
+            if len(head) < _ACK.size:
+                break
+            kind, value = _ACK.unpack(head)
+            if kind == b"W":
+                self.written_bytes = value
+            else:
+                self.error = self.error or RuntimeError(stdout.read(value).decode("utf-8", "replace"))
+        if self._process.wait() != 0:
+            self.error = self.error or RuntimeError(f"capture writer exited with {self._process.returncode}")
+        self._dead = True
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _grow_pipe(fd: int) -> None:
+    """A bigger pipe means fewer wake-ups per batch (Linux only; the default 64 KiB also works)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
+    except (ImportError, OSError):
+        pass
+
+
+def _writer_process_main(path: str) -> None:
+    """Reads pickled batches from stdin until it closes; appends their packets to `path`."""
+    source = sys.stdin.buffer
+    acks = sys.stdout.buffer
+    synthesizer = _Synthesizer()
+    reported: BaseException | None = None
+    with open(path, "ab") as handle:
+        while True:
+            head = source.read(_LENGTH.size)
+            if len(head) < _LENGTH.size:
+                break
+            data = source.read(_LENGTH.unpack(head)[0])
+            batch = pickle.loads(data)
+            handle.write(synthesizer.batch(batch))
+            handle.flush()
+            if synthesizer.error is not None and reported is None:
+                reported = synthesizer.error
+                text = f"{type(reported).__name__}: {reported}".encode()
+                acks.write(_ACK.pack(b"E", len(text)) + text)
+            try:
+                acks.write(_ACK.pack(b"W", synthesizer.written_bytes))
+                acks.flush()
+            except BrokenPipeError:  # the proxy is gone: keep writing what it sent
+                pass
+
+
+if __name__ == "__main__":
+    _writer_process_main(sys.argv[1])
