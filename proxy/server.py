@@ -218,16 +218,17 @@ class _ClientSide(asyncio.Protocol):
     # -- commands -----------------------------------------------------------------------------
 
     def _run(self, commands: list[Any]) -> None:
+        record = self.recorder.record if self.recorder is not None else None
         for command in commands:
-            if type(command) is SendUpstream:
+            if type(command) is Record:  # most commands while recording
+                assert record is not None
+                record(command)
+            elif type(command) is SendUpstream:
                 assert self.upstream is not None
                 self.upstream.write(command.data)
             elif type(command) is SendClient:
                 assert self.client is not None
                 self.client.write(command.data)
-            elif type(command) is Record:
-                assert self.recorder is not None
-                self.recorder.record(command)
             elif type(command) is Close:
                 self.abort(command.reason)
                 return

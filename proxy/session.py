@@ -15,6 +15,7 @@ the other side only when it is rewritten.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from proxy.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     GROUP_API_KEYS,
     KNOWN_API_KEYS,
+    MAX_PENDING_REQUESTS,
     REQUEST_PREFIX_BYTES,
     CodecError,
     CorrelationError,
@@ -38,6 +40,7 @@ from proxy.wire import (
     peek_request_header,
     peek_request_prefix,
     request_group_id,
+    request_header_version,
     supports,
 )
 
@@ -121,6 +124,9 @@ class Record(NamedTuple):
         return not same and self.client_payload != self.upstream_payload
 
 
+_new_record = functools.partial(tuple.__new__, Record)  # Record from a tuple, minus __new__'s call
+
+
 @dataclass(frozen=True, slots=True)
 class Close:
     reason: str
@@ -138,7 +144,13 @@ class ProtocolViolation(Exception):
 
 Classify = Callable[[bytes | bytearray, int, int], tuple[bool, bool]]
 Finish = Callable[[bytes], bytes | None]
+Scan = Callable[[bytes, int, int], int]
 _SIZE = struct.Struct(">i")
+_REQUEST_HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
+_RESPONSE_HEAD = struct.Struct(">ii")  # size, correlation_id
+_RECORDED_REQUEST_HEAD = struct.Struct(">ihhih")  # ... and the client_id length
+# Requests the relay never decodes: paired by correlation id and forwarded, nothing more.
+OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS
 
 
 class _Direction:
@@ -151,11 +163,26 @@ class _Direction:
 
     A frame that lies wholly inside one input chunk and is not kept costs one struct unpack and one
     classify call: nothing is buffered or copied, and the chunk is forwarded as it came.
+
+    `scan(data, pos, n)`, when given, runs first wherever a new frame starts inside a chunk: it
+    consumes a run of whole frames that need nothing but bookkeeping (one unpack and a deque
+    operation each, no call per frame) and returns where it stopped; the frame there (if any)
+    takes the general path.
     """
 
-    __slots__ = ("_buf", "_classify", "_finish", "_head_bytes", "_hold", "_keep", "_max", "_remaining")
+    __slots__ = (
+        "_buf", "_classify", "_finish", "_head_bytes", "_hold", "_keep", "_max", "_remaining", "scan",
+    )  # fmt: skip
 
-    def __init__(self, head_bytes: int, max_frame_bytes: int, classify: Classify, finish: Finish) -> None:
+    def __init__(
+        self,
+        head_bytes: int,
+        max_frame_bytes: int,
+        classify: Classify,
+        finish: Finish,
+        scan: Scan | None = None,
+    ) -> None:
+        self.scan = scan
         self._head_bytes = head_bytes
         self._max = max_frame_bytes
         self._classify = classify
@@ -197,6 +224,7 @@ class _Direction:
         head_bytes = self._head_bytes
         maximum = self._max
         classify = self._classify
+        scan = self.scan
         unpack = _SIZE.unpack_from
         while pos < n:
             if self._remaining:
@@ -212,6 +240,10 @@ class _Direction:
                     fwd = pos
                 continue
             if not buf:
+                if scan is not None:
+                    pos = scan(data, pos, n)
+                    if pos >= n:
+                        break
                 frame_start = pos
                 carried = 0
                 if n - pos >= 4:
@@ -324,6 +356,7 @@ class ProxySession:
         self.table = CorrelationTable()
         self.closed: str | None = None
         self.client_id: str | None = None
+        self._raw_client_id: bytes | None = None  # client_id's bytes, to decode it once per change
         self._now_ns = 0
         self._events: list[Command] = []
         self._request_prefix = (0, 0, 0)
@@ -333,6 +366,13 @@ class ProxySession:
             REQUEST_PREFIX_BYTES, max_frame_bytes, self._classify_request, self._finish_request
         )
         self._responses = _Direction(4, max_frame_bytes, self._classify_response, self._finish_response)
+        if self._passthrough:
+            # No policy: runs of opaque frames skip the per-frame calls (and, when recording, the
+            # generic keep-and-finish path: each frame is sliced once into its Record).
+            self._requests.scan = self._scan_recorded_requests if record else self._scan_requests
+            self._responses.scan = self._scan_recorded_responses if record else self._scan_responses
+        self._max_frame_bytes = max_frame_bytes
+        self._address_keys = ADDRESS_API_KEYS if addresses is not None else frozenset()
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -371,6 +411,128 @@ class ProxySession:
     def pending_requests(self) -> int:
         return len(self.table)
 
+    # -- fast path: runs of opaque frames ------------------------------------------------------
+
+    def _scan_requests(self, data: bytes, pos: int, n: int) -> int:
+        """Pairs each whole opaque request from `pos` on; stops at anything else (the general path
+        then handles it: a partial frame, a group API, a bad size or api_key)."""
+        unpack = _REQUEST_HEAD.unpack_from
+        opaque = OPAQUE_REQUEST_KEYS
+        pending = self.table.pending
+        append = pending.append
+        client_id = self.client_id
+        now_ns = self._now_ns
+        maximum = self._max_frame_bytes
+        while n - pos >= 12:
+            size, api_key, api_version, correlation_id = unpack(data, pos)
+            end = pos + 4 + size
+            if end > n or size < REQUEST_PREFIX_BYTES or size > maximum or api_key not in opaque:
+                break
+            append((api_key, api_version, correlation_id, client_id, api_version, None, now_ns))
+            pos = end
+        if len(pending) > MAX_PENDING_REQUESTS:
+            self.table.trim()
+        return pos
+
+    def _scan_responses(self, data: bytes, pos: int, n: int) -> int:
+        """Pops the request each whole response from `pos` on answers, while it is the oldest
+        pending one and needs no rewrite; stops at anything else (the general path decides)."""
+        pending = self.table.pending
+        unpack = _RESPONSE_HEAD.unpack_from
+        popleft = pending.popleft
+        address_keys = self._address_keys
+        maximum = self._max_frame_bytes
+        while n - pos >= 8 and pending:
+            size, correlation_id = unpack(data, pos)
+            end = pos + 4 + size
+            if end > n or size < 4 or size > maximum:
+                break
+            head = pending[0]
+            if head[2] != correlation_id or head[0] in address_keys:
+                break
+            popleft()
+            pos = end
+        return pos
+
+    def _scan_recorded_requests(self, data: bytes, pos: int, n: int) -> int:
+        """`_scan_requests` while recording: also reads the client id and emits each `Record`."""
+        unpack = _RECORDED_REQUEST_HEAD.unpack_from
+        header_version = request_header_version
+        opaque = OPAQUE_REQUEST_KEYS
+        pending = self.table.pending
+        append = pending.append
+        emit = self._events.append
+        conn = self.conn
+        client_id = self.client_id
+        raw_client_id = self._raw_client_id
+        now_ns = self._now_ns
+        maximum = self._max_frame_bytes
+        while n - pos >= 14:
+            size, api_key, api_version, correlation_id, client_id_len = unpack(data, pos)
+            end = pos + 4 + size
+            if end > n or size < 10 or size > maximum or api_key not in opaque:
+                break
+            if client_id_len >= 0:
+                if client_id_len > size - 10:
+                    break
+                raw = data[pos + 14 : pos + 14 + client_id_len]
+                if raw != raw_client_id:
+                    raw_client_id = raw
+                    client_id = raw.decode("utf-8", errors="replace")
+            elif client_id_len == -1:
+                raw_client_id = None
+                client_id = None
+            else:
+                break
+            if header_version(api_key, api_version) >= 2:
+                # Flexible header: tagged fields follow; the common empty set is one zero byte.
+                tags = pos + 14 + (client_id_len if client_id_len > 0 else 0)
+                if tags >= end or data[tags]:
+                    break
+            payload = data[pos + 4 : end]
+            append((api_key, api_version, correlation_id, client_id, api_version, None, now_ns))
+            emit(
+                _new_record(
+                    (conn, "request", now_ns, api_key, api_version, api_version, correlation_id,
+                     client_id, None, payload, payload)
+                )
+            )  # fmt: skip
+            pos = end
+        self.client_id = client_id
+        self._raw_client_id = raw_client_id
+        if len(pending) > MAX_PENDING_REQUESTS:
+            self.table.trim()
+        return pos
+
+    def _scan_recorded_responses(self, data: bytes, pos: int, n: int) -> int:
+        """`_scan_responses` while recording: also emits each `Record`."""
+        pending = self.table.pending
+        unpack = _RESPONSE_HEAD.unpack_from
+        popleft = pending.popleft
+        emit = self._events.append
+        conn = self.conn
+        now_ns = self._now_ns
+        address_keys = self._address_keys
+        maximum = self._max_frame_bytes
+        while n - pos >= 8 and pending:
+            size, correlation_id = unpack(data, pos)
+            end = pos + 4 + size
+            if end > n or size < 4 or size > maximum:
+                break
+            head = pending[0]
+            if head[2] != correlation_id or head[0] in address_keys:
+                break
+            popleft()
+            payload = data[pos + 4 : end]
+            emit(
+                _new_record(
+                    (conn, "response", now_ns, head[0], head[1], head[4], correlation_id, head[3], head[5],
+                     payload, payload)
+                )
+            )  # fmt: skip
+            pos = end
+        return pos
+
     # -- requests ------------------------------------------------------------------------------
 
     def _classify_request(self, source: bytes | bytearray, offset: int, size: int) -> tuple[bool, bool]:
@@ -403,6 +565,7 @@ class ProxySession:
         upstream_version = api_version
         header = peek_request_header(payload)
         self.client_id = header.client_id
+        self._raw_client_id = None
         if api_key in GROUP_API_KEYS:
             group_id = request_group_id(api_key, decode_request_body(header, payload))
         if not self._passthrough and self.policy.wants_request(api_key, api_version):

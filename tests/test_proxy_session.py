@@ -225,3 +225,50 @@ def test_describe_cluster_and_batched_find_coordinator_are_rewritten() -> None:
     # Nothing to route: the frame is left alone.
     empty = fc4.FindCoordinatorResponse(throttle_time=none_time, coordinators=())
     assert rewriter.rewrite_response(10, 4, encode_response(empty, 4)[4:]) is None
+
+
+def _opaque_as(cid: int, client_id: str | None, body: bytes) -> bytes:
+    encoded = b"\xff\xff" if client_id is None else len(client_id).to_bytes(2, "big") + client_id.encode()
+    # Metadata v12: a flexible (v2) request header, so an empty tagged-field set follows client_id.
+    header = (3).to_bytes(2, "big") + (12).to_bytes(2, "big") + cid.to_bytes(4, "big") + encoded + b"\x00"
+    return frame(header + body)
+
+
+def _exchange(session: ProxySession, requests: list[bytes], responses: list[bytes]) -> list[object]:
+    out: list[object] = []
+    for i, request in enumerate(requests):
+        out += session.client_data(request, now_ns=i)
+    for i, response in enumerate(responses):
+        out += session.upstream_data(response, now_ns=1000 + i)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    frames=st.lists(
+        st.tuples(st.sampled_from(["hb", "a", "b", None]), st.binary(max_size=200)), min_size=1, max_size=12
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
+    record=st.booleans(),
+)
+def test_fast_path_emits_what_the_frame_by_frame_path_emits(
+    frames: list[tuple[str | None, bytes]], cuts: list[int], record: bool
+) -> None:
+    """The run-of-opaque-frames scan is an optimisation only: same bytes, Records, pairing."""
+    requests = b"".join(
+        _heartbeat(i) if kind == "hb" else _opaque_as(i, kind, body) for i, (kind, body) in enumerate(frames)
+    )
+    responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
+    request_chunks = _chunks(requests, cuts)
+    response_chunks = _chunks(responses, [c * 7 for c in cuts])
+    fast = ProxySession(1, record=record)
+    slow = ProxySession(1, record=record)
+    slow._requests.scan = slow._responses.scan = None
+    fast_out = _exchange(fast, request_chunks, response_chunks)
+    slow_out = _exchange(slow, request_chunks, response_chunks)
+    assert not any(isinstance(c, Close) for c in fast_out)
+    assert b"".join(c.data for c in fast_out if isinstance(c, SendUpstream)) == requests
+    assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
+    assert [c for c in fast_out if isinstance(c, Record)] == [c for c in slow_out if isinstance(c, Record)]
+    assert len([c for c in fast_out if isinstance(c, Record)]) == (2 * len(frames) if record else 0)
+    assert fast.pending_requests == slow.pending_requests == 0

@@ -19,7 +19,7 @@ from proxy.wire.codec import (
     response_schema,
     supports,
 )
-from proxy.wire.correlation import CorrelationError, CorrelationTable, PendingRequest
+from proxy.wire.correlation import MAX_PENDING_REQUESTS, CorrelationError, CorrelationTable, PendingRequest
 from proxy.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, frame
 from proxy.wire.groups import GroupFields, request_fields, request_group_id, response_fields
 from proxy.wire.headers import (
@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "GROUP_API_KEYS",
     "KNOWN_API_KEYS",
+    "MAX_PENDING_REQUESTS",
     "REQUEST_PREFIX_BYTES",
     "ApiKey",
     "CodecError",

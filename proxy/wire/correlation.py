@@ -13,10 +13,11 @@ from typing import NamedTuple
 
 from proxy.wire.apis import ApiKey
 
-# Produce requests whose acks are 0 are never answered; the table remembers at most this many
-# unanswered ones in a row before it forgets the oldest (a fire-and-forget producer never sends a
-# request that would be answered, so without a bound the table would grow forever).
-MAX_UNANSWERED_PRODUCE = 10_000
+# Produce requests whose acks are 0 are never answered. When more than this many requests are
+# pending, the oldest Produce requests are forgotten (a fire-and-forget producer never sends a
+# request that would be answered, so without a bound the table would grow forever; Kafka clients
+# keep at most a handful of requests in flight otherwise).
+MAX_PENDING_REQUESTS = 10_000
 
 
 class CorrelationError(ValueError):
@@ -39,52 +40,61 @@ class PendingRequest(NamedTuple):
     sent_ns: int = 0
 
 
-class CorrelationTable:
-    """FIFO of requests awaiting their responses on one connection."""
+# A pending request as the relay's fast path stores it: the fields of `PendingRequest`, in order,
+# as a plain tuple (building the NamedTuple per relayed request costs more than the relay itself).
+PendingTuple = tuple[int, int, int, str | None, int, str | None, int]
 
-    __slots__ = ("_pending", "_unanswered_produce")
+
+class CorrelationTable:
+    """FIFO of requests awaiting their responses on one connection.
+
+    `pending` is public for the relay's fast path, which appends plain `PendingTuple`s and pops
+    the head itself when a response answers it; it calls `trim` when the table grew past
+    `MAX_PENDING_REQUESTS`.
+    """
+
+    __slots__ = ("pending",)
 
     def __init__(self) -> None:
-        self._pending: deque[PendingRequest] = deque()
-        self._unanswered_produce = 0
+        self.pending: deque[PendingTuple] = deque()
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self.pending)
 
-    def add(self, request: PendingRequest) -> None:
-        self._pending.append(request)
-        if request.api_key == ApiKey.PRODUCE:
-            self._unanswered_produce += 1
-            if self._unanswered_produce > MAX_UNANSWERED_PRODUCE:
-                self._drop_oldest_produce()
-        else:
-            self._unanswered_produce = 0
+    def add(self, request: PendingTuple) -> None:
+        self.pending.append(request)
+        if len(self.pending) > MAX_PENDING_REQUESTS:
+            self.trim()
 
-    def _drop_oldest_produce(self) -> None:
-        for index, pending in enumerate(self._pending):
-            if pending.api_key == ApiKey.PRODUCE:
-                del self._pending[index]
-                self._unanswered_produce -= 1
-                return
+    def trim(self) -> None:
+        """Forget the oldest Produce requests (acks=0: never answered) beyond the bound."""
+        pending = self.pending
+        excess = len(pending) - MAX_PENDING_REQUESTS
+        if excess <= 0:
+            return
+        kept = [p for p in pending if p[0] != ApiKey.PRODUCE or (excess := excess - 1) < 0]
+        if len(kept) != len(pending):
+            pending.clear()
+            pending.extend(kept)
 
     def pop(self, correlation_id: int) -> PendingRequest:
         """The request a response with this correlation id answers; raises CorrelationError."""
-        pending = self._pending
+        pending = self.pending
         while pending:
             head = pending.popleft()
-            if head.correlation_id == correlation_id:
-                if head.api_key == ApiKey.PRODUCE:
-                    self._unanswered_produce = max(0, self._unanswered_produce - 1)
-                return head
-            if head.api_key != ApiKey.PRODUCE:
+            if head[2] == correlation_id:
+                return head if type(head) is PendingRequest else PendingRequest._make(head)
+            if head[0] != ApiKey.PRODUCE:
                 pending.appendleft(head)
                 raise CorrelationError(
                     f"response correlation_id={correlation_id} out of order: oldest pending request is "
-                    f"correlation_id={head.correlation_id} (api_key={head.api_key})"
+                    f"correlation_id={head[2]} (api_key={head[0]})"
                 )
             # An acks=0 Produce: never answered, skip it.
-            self._unanswered_produce = max(0, self._unanswered_produce - 1)
         raise CorrelationError(f"response correlation_id={correlation_id} answers no pending request")
 
     def peek_oldest(self) -> PendingRequest | None:
-        return self._pending[0] if self._pending else None
+        if not self.pending:
+            return None
+        head = self.pending[0]
+        return head if type(head) is PendingRequest else PendingRequest._make(head)
