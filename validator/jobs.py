@@ -221,8 +221,8 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
             )
 
     with stage("rebalances, assignments and facts per run"):
-        rebalances = T.observed_rebalances(events).persist(keep)
-        summary = T.run_summary(events, rebalances).persist(keep)
+        rebalances = _materialize(T.observed_rebalances(events))
+        summary = _materialize(T.run_summary(events, rebalances))
         data.runs = sorted(r["run"] for r in summary.select("run").distinct().collect())
         bases = {r.split("~", 1)[0] for r in data.runs}
         if options.expected_run not in bases:
@@ -231,11 +231,11 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
                 "choose another with --expected"
             )
         facts = T.run_facts(events, summary, rebalances, T.member_assignments(events, rebalances))
-        pairs = T.comparison_pairs(summary, options.expected_run).persist(keep)
+        pairs = _materialize(T.comparison_pairs(summary, options.expected_run))
 
     with stage("diff expected vs observed, label noise"):
-        diffs = T.diff_runs(facts, summary, options.expected_run).persist(keep)
-        verdicts = T.session_verdicts(pairs, summary, diffs).persist(keep)
+        diffs = _materialize(T.diff_runs(facts, summary, options.expected_run))
+        verdicts = _materialize(T.session_verdicts(pairs, summary, diffs))
         totals = diffs.groupBy("is_noise").count().collect()
         data.diffs_total = sum(int(r["count"]) for r in totals if not r["is_noise"])
         data.noise_total = sum(int(r["count"]) for r in totals if r["is_noise"])
@@ -255,9 +255,14 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
     with stage("collect report data"):
         _collect_report(tables, data)
     flagged.unpersist()
-    for frame in (rebalances, summary, pairs, diffs, verdicts, matrix):
-        frame.unpersist()
+    matrix.unpersist()
     return data
+
+
+def _materialize(frame: DataFrame) -> DataFrame:
+    """Compute and keep `frame` once, and cut its lineage: later stages plan against a small
+    leaf instead of re-analysing the whole plan above it (planning dominated small inputs)."""
+    return frame.localCheckpoint(eager=True)
 
 
 def _reasons(by_reason: dict[str, int]) -> str:
