@@ -106,10 +106,22 @@ class _PcapNgBlocks(RawPcapNgWriter):
         head = _EPB_HEAD.pack(6, total, interface, ts_ns >> 32, ts_ns & 0xFFFFFFFF, caplen, caplen)
         return b"".join((head, packet, pad, options, struct.pack("<I", total)))
 
+    def packet_block_with_options(self, packet: bytes, interface: int, ts_ns: int, options: bytes) -> bytes:
+        """`packet_block` with its options already encoded (ending in opt_endofopt)."""
+        caplen = len(packet)
+        pad = _PADS[caplen & 3]
+        total = 32 + caplen + len(pad) + len(options)
+        head = _EPB_HEAD.pack(6, total, interface, ts_ns >> 32, ts_ns & 0xFFFFFFFF, caplen, caplen)
+        return b"".join((head, packet, pad, options, _TRAILER.pack(total)))
+
 
 _HEADER = struct.Struct(">12sHBBHHHBBH4s4sHHIIBBHHH")  # Ethernet, IPv4 (no options), TCP (no options)
 _EPB_HEAD = struct.Struct("<IIIIIII")
 _OPT_END = b"\x00\x00\x00\x00"
+_OPTION_HEAD = struct.Struct("<HH")
+_SIZE_PREFIX = struct.Struct(">i")
+_TRAILER = struct.Struct("<I")
+_PADS = (b"", b"\x00\x00\x00", b"\x00\x00", b"\x00")  # by length % 4, to a 4-byte boundary
 _WORDS = struct.Struct(">HH")
 
 
@@ -213,27 +225,109 @@ class _Synthesizer:
         self._streams: dict[tuple[int, int], _Stream] = {}
         self._brokers: dict[str, int] = {}
         self._json_cache: dict[str | None, str] = {}
+        self._comment_heads: dict[tuple[Any, ...], str] = {}
         self.written_bytes = 0
         self.error: BaseException | None = None
 
     def batch(self, batch: list[tuple[Any, ...]]) -> bytes:
         """One pickled batch from the proxy: frames as plain `Record` tuples, events tagged."""
         out: list[bytes] = []
-        run: list[Record] = []
+        run: list[tuple[Any, ...]] = []
         for entry in batch:
-            if type(entry[0]) is int:  # a frame
-                record = Record._make(entry)
-                if run and (run[0].conn != record.conn or run[0].direction != record.direction):
-                    self._flush_run(run, out)
-                run.append(record)
+            if type(entry[0]) is int:  # a frame: (conn, direction, ...) as in Record
+                if run and (run[0][0] != entry[0] or run[0][1] != entry[1]):
+                    self._flush_tuples(run, out)
+                run.append(entry)
                 continue
-            self._flush_run(run, out)
+            self._flush_tuples(run, out)
             try:
                 self._write(entry, out)
             except Exception as exc:  # keep recording the rest; remember the first failure
                 self.error = self.error or exc
-        self._flush_run(run, out)
+        self._flush_tuples(run, out)
         return b"".join(out)
+
+    def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[bytes]) -> None:
+        """The common run (nothing rewritten, no SASL, every frame fits a packet) takes
+        `_write_plain_run`; anything else the general `_write_run`."""
+        if not run:
+            return
+        plain = True
+        for entry in run:
+            if entry[9] is not entry[10] or entry[4] != entry[5] or entry[3] in SASL_API_KEYS:
+                plain = False
+                break
+            if len(entry[9]) > MAX_SEGMENT - 4:
+                plain = False
+                break
+        try:
+            if plain:
+                self._write_plain_run(run, out)
+            else:
+                self._write_run([Record._make(entry) for entry in run], out)
+        except Exception as exc:  # keep recording the rest; remember the first failure
+            self.error = self.error or exc
+        run.clear()
+
+    def _write_plain_run(self, run: list[tuple[Any, ...]], out: list[bytes]) -> None:
+        """`_write_run` for frames both legs saw alike: one set of packets, two streams.
+
+        Per frame only the correlation id and timestamp are formatted into its comment; the rest
+        of the comment is cached per (conn, direction, api_key, api_version, client_id, group_id).
+        Same keys as `_comment`, in another order (they are JSON objects).
+        """
+        conn, direction = run[0][0], run[0][1]
+        heads = self._comment_heads
+        segments: list[tuple[bytes, bytes, int, int]] = []
+        parts: list[bytes] = []
+        options: list[bytes] = []
+        size = 0
+        first_ts = 0
+        total = 0
+        pack_size = _SIZE_PREFIX.pack
+        pack_option = _OPTION_HEAD.pack
+        for _, _, ts_ns, api_key, api_version, _, correlation_id, client_id, group_id, payload, _ in run:
+            key = (conn, direction, api_key, api_version, client_id, group_id)
+            head = heads.get(key)
+            if head is None:
+                head = (
+                    f'{{"conn":{conn},"dir":"{direction}","api_key":{api_key},"api_version":{api_version},'
+                    f'"client_id":{self._json(client_id)},"group_id":{self._json(group_id)},'
+                    f'"rewritten":false,"correlation_id":'
+                )
+                if len(heads) < 10_000:
+                    heads[key] = head
+            comment = f'{head}{correlation_id},"ts_ns":{ts_ns}}}'.encode()
+            length = 4 + len(payload)
+            if size + length > MAX_SEGMENT:
+                data = b"".join(parts)
+                options.append(_OPT_END)
+                segments.append((data, b"".join(options), payload_sum(data), first_ts))
+                parts, options, size = [], [], 0
+            if not parts:
+                first_ts = ts_ns
+            parts += (pack_size(len(payload)), payload)
+            options += (pack_option(1, len(comment)), comment, _PADS[len(comment) & 3])
+            size += length
+            total += len(payload)
+        if parts:
+            data = b"".join(parts)
+            options.append(_OPT_END)
+            segments.append((data, b"".join(options), payload_sum(data), first_ts))
+        to_server = direction == "request"
+        block = self._blocks.packet_block_with_options
+        for leg in (0, 1):
+            stream = self._stream(conn, leg)
+            for data, packet_options, body, ts_ns in segments:
+                out.append(
+                    block(
+                        stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, data, body),
+                        leg,
+                        ts_ns,
+                        packet_options,
+                    )
+                )
+        self.written_bytes += total
 
     def _stream(self, conn: int, leg: int, upstream: str | None = None) -> _Stream:
         key = (conn, leg)
