@@ -743,7 +743,11 @@ class GroupCoordinator:
             return
         if not group.pending_sync_members:
             return
-        for member_id in sorted(group.pending_sync_members, key=list(group.members).index):
+        # A replaced static member's old id can still be pending (replaceStaticMember does not
+        # clear it, in Kafka either); it sorts last and removing it is a no-op, but the group
+        # still rebalances, as Kafka's does.
+        order = {member_id: index for index, member_id in enumerate(group.members)}
+        for member_id in sorted(group.pending_sync_members, key=lambda m: (order.get(m, len(order)), m)):
             member = group.remove(member_id)
             self.timers.cancel(heartbeat_key(group_id, member_id))
             if member is not None:
