@@ -219,6 +219,14 @@ class _ClientSide(asyncio.Protocol):
 
     def _run(self, commands: list[Any]) -> None:
         record = self.recorder.record if self.recorder is not None else None
+        if record is not None and len(commands) > 2 and type(commands[-1]) is Record:
+            # Recording: [send, Record, Record, ...] (a Close always comes last): one hand-over.
+            send, records = commands[0], commands[1:]
+            if type(send) is Record:
+                records = commands
+            else:
+                commands = [send]
+            self.recorder.record_many(records)  # type: ignore[union-attr]
         for command in commands:
             if type(command) is Record:  # most commands while recording
                 assert record is not None

@@ -27,7 +27,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import pickle
+import marshal
+import operator
 import queue
 import struct
 import subprocess
@@ -230,7 +231,7 @@ class _Synthesizer:
         self.error: BaseException | None = None
 
     def batch(self, batch: list[tuple[Any, ...]]) -> bytes:
-        """One pickled batch from the proxy: frames as plain `Record` tuples, events tagged."""
+        """One marshalled batch from the proxy: frames as plain `Record` tuples, events tagged."""
         out: list[bytes] = []
         run: list[tuple[Any, ...]] = []
         for entry in batch:
@@ -474,6 +475,7 @@ class _Synthesizer:
 # The proxy side: a queue, a sender thread, and the writer process
 
 _LENGTH = struct.Struct("<I")
+_CLIENT_PAYLOAD = operator.itemgetter(9)  # Record.client_payload
 _ACK = struct.Struct("<cq")  # b"W" + payload bytes written so far; b"E" + length of an error text
 _BATCH_ITEMS = 4096
 _BATCH_BYTES = 1 << 20
@@ -484,7 +486,7 @@ class CaptureWriter:
     """Writes a capture file from proxy `Record`s without taking the event loop's CPU.
 
     The event loop only puts tuples on a `queue.SimpleQueue` (never blocks). One background
-    thread (the design's writer thread) takes them in batches, pickles each batch (plain tuples
+    thread (the design's writer thread) takes them in batches, marshals each batch (plain tuples
     of ints, strings and bytes: a C-level copy) and pipes it to a writer process
     (`python -m proxy.capture.writer`), which synthesizes the packets, writes them and flushes
     after every batch, so a killed proxy leaves a file readable up to the last whole block (the
@@ -505,7 +507,7 @@ class CaptureWriter:
         }
         with self.path.open("wb") as handle:  # fails here, in the caller, on a bad path
             handle.write(_PcapNgBlocks(handle).header_blocks(json.dumps(self.header, separators=(",", ":"))))
-        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # tuples, Records, lists, None
         self.queued_bytes = 0  # written by the event loop thread only
         self.written_bytes = 0  # reported by the writer process
         self.error: BaseException | None = None
@@ -536,6 +538,11 @@ class CaptureWriter:
         self.queued_bytes += len(record.client_payload)
         self._queue.put(record)
 
+    def record_many(self, records: list[Record]) -> None:
+        """Several records in one queue operation (the proxy's commands after a read)."""
+        self.queued_bytes += sum(map(len, map(_CLIENT_PAYLOAD, records)))
+        self._queue.put(records)
+
     def close_connection(self, conn: int, ts_ns: int, reason: str) -> None:
         self._queue.put(("close", conn, ts_ns, reason))
 
@@ -564,6 +571,10 @@ class CaptureWriter:
                     break
                 if type(item) is tuple:
                     batch.append(item)
+                elif type(item) is list:
+                    for record in item:
+                        batch.append(tuple(record))
+                        size += len(record[9])
                 else:
                     batch.append(tuple(item))
                     size += len(item[9])
@@ -575,7 +586,7 @@ class CaptureWriter:
                     break
             if not batch or self._dead:
                 continue
-            data = pickle.dumps(batch, protocol=5)
+            data = marshal.dumps(batch)
             try:
                 stdin.write(_LENGTH.pack(len(data)))
                 stdin.write(data)
@@ -618,7 +629,7 @@ def _grow_pipe(fd: int) -> None:
 
 
 def _writer_process_main(path: str) -> None:
-    """Reads pickled batches from stdin until it closes; appends their packets to `path`."""
+    """Reads marshalled batches from stdin until it closes; appends their packets to `path`."""
     source = sys.stdin.buffer
     acks = sys.stdout.buffer
     synthesizer = _Synthesizer()
@@ -629,7 +640,7 @@ def _writer_process_main(path: str) -> None:
             if len(head) < _LENGTH.size:
                 break
             data = source.read(_LENGTH.unpack(head)[0])
-            batch = pickle.loads(data)
+            batch = marshal.loads(data)
             handle.write(synthesizer.batch(batch))
             handle.flush()
             if synthesizer.error is not None and reported is None:
