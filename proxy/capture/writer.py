@@ -25,6 +25,7 @@ batches and flushes after each, so a killed proxy leaves a file readable up to t
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import marshal
@@ -90,10 +91,19 @@ class _PcapNgBlocks(RawPcapNgWriter):
         return b"".join(blocks)
 
     def packet_block(
-        self, packet: bytes, interface: int, ts_ns: int, comments: bytes | list[bytes] | None
+        self,
+        packet: bytes,
+        interface: int,
+        ts_ns: int,
+        comments: bytes | list[bytes] | None,
+        payload_bytes: int = 0,
     ) -> bytes:
-        """An Enhanced Packet Block (built in one pass: this runs for every synthesized packet)."""
-        caplen = len(packet)
+        """An Enhanced Packet Block (built in one pass: this runs for every synthesized packet).
+
+        With `payload_bytes`, `packet` is only the packet's headers: the block is sized for that
+        many more bytes, which the caller writes right after the headers (at `_EPB_PACKET_AT`).
+        """
+        caplen = len(packet) + payload_bytes
         pad = b"\x00" * (-caplen % 4)
         if comments is None:
             options = b""
@@ -116,8 +126,10 @@ class _PcapNgBlocks(RawPcapNgWriter):
         return b"".join((head, packet, pad, options, _TRAILER.pack(total)))
 
 
+Buffer = bytes | memoryview  # a packet payload: bytes, or a slice of a big frame without a copy
 _HEADER = struct.Struct(">12sHBBHHHBBH4s4sHHIIBBHHH")  # Ethernet, IPv4 (no options), TCP (no options)
 _EPB_HEAD = struct.Struct("<IIIIIII")
+_EPB_PACKET_AT = _EPB_HEAD.size  # where the packet data starts in an Enhanced Packet Block
 _OPT_END = b"\x00\x00\x00\x00"
 _OPTION_HEAD = struct.Struct("<HH")
 _SIZE_PREFIX = struct.Struct(">i")
@@ -126,11 +138,28 @@ _PADS = (b"", b"\x00\x00\x00", b"\x00\x00", b"\x00")  # by length % 4, to a 4-by
 _WORDS = struct.Struct(">HH")
 
 
-def payload_sum(payload: bytes) -> int:
-    """The RFC 1071 word sum of a payload modulo 0xFFFF (one C-level big-int reduction)."""
-    if not payload:
-        return 0
-    return int.from_bytes(payload + b"\x00" if len(payload) & 1 else payload, "big") % 0xFFFF
+def payload_sum(payload: Buffer) -> int:
+    """The RFC 1071 word sum of a payload modulo 0xFFFF, in C-level big-int operations.
+
+    The bytes are read as one little-endian integer (no padding needed for an odd length, and
+    faster than big-endian); since 2**16 == 1 (mod 0xFFFF) the sum of its 16-bit words is the
+    integer itself modulo 0xFFFF. Large payloads are folded (low half + high half, at multiples of
+    16 bits) before the one small division: a big-int division costs twice the conversion.
+    Little-endian words are the byte-swapped big-endian ones, and swapping is a multiplication
+    by 2**8 modulo 0xFFFF (RFC 1071's byte-order independence).
+    """
+    value = int.from_bytes(payload, "little")
+    bits = len(payload) * 8
+    while bits > 4096:
+        half = ((bits + 31) // 32) * 16
+        value = (value & _low_mask(half)) + (value >> half)
+        bits = half + 1
+    return (value << 8) % 0xFFFF
+
+
+@functools.lru_cache(maxsize=512)
+def _low_mask(bits: int) -> int:
+    return (1 << bits) - 1
 
 
 class _Side:
@@ -174,21 +203,27 @@ class _Stream:
         self.client_seq = 1
         self.server_seq = 1
 
-    def packet(self, to_server: bool, flags: int, payload: bytes, body: int | None = None) -> bytes:
+    def packet(
+        self, to_server: bool, flags: int, payload: bytes | memoryview, body: int | None = None
+    ) -> bytes:
         """A packet carrying `payload`; `body` is its `payload_sum` when already known."""
         if body is None:
             body = payload_sum(payload)
+        return self.header(to_server, flags, len(payload), body) + payload
+
+    def header(self, to_server: bool, flags: int, length: int, body: int) -> bytes:
+        """The headers of the next packet (its payload of `length` bytes sums to `body`)."""
         if to_server:
             seq, ack, side = self.client_seq, self.server_seq, self.to_server
         else:
             seq, ack, side = self.server_seq, self.client_seq, self.to_client
-        header = side.header(flags, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, len(payload), body)
-        advance = len(payload) + (1 if flags & (_FLAG_SYN | _FLAG_FIN) else 0)
+        header = side.header(flags, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, length, body)
+        advance = length + (1 if flags & (_FLAG_SYN | _FLAG_FIN) else 0)
         if to_server:
             self.client_seq += advance
         else:
             self.server_seq += advance
-        return header + payload
+        return header
 
 
 def _template(src_mac: str, dst_mac: str, src: tuple[str, int], dst: tuple[str, int]) -> bytes:
@@ -230,9 +265,9 @@ class _Synthesizer:
         self.written_bytes = 0
         self.error: BaseException | None = None
 
-    def batch(self, batch: list[tuple[Any, ...]]) -> bytes:
+    def batch(self, batch: list[tuple[Any, ...]]) -> list[Buffer]:
         """One marshalled batch from the proxy: frames as plain `Record` tuples, events tagged."""
-        out: list[bytes] = []
+        out: list[Buffer] = []
         run: list[tuple[Any, ...]] = []
         for entry in batch:
             if type(entry[0]) is int:  # a frame: (conn, direction, ...) as in Record
@@ -246,9 +281,9 @@ class _Synthesizer:
             except Exception as exc:  # keep recording the rest; remember the first failure
                 self.error = self.error or exc
         self._flush_tuples(run, out)
-        return b"".join(out)
+        return out
 
-    def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[bytes]) -> None:
+    def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
         """The common run (nothing rewritten, no SASL, every frame fits a packet) takes
         `_write_plain_run`; anything else the general `_write_run`."""
         if not run:
@@ -270,7 +305,7 @@ class _Synthesizer:
             self.error = self.error or exc
         run.clear()
 
-    def _write_plain_run(self, run: list[tuple[Any, ...]], out: list[bytes]) -> None:
+    def _write_plain_run(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
         """`_write_run` for frames both legs saw alike: one set of packets, two streams.
 
         Per frame only the correlation id and timestamp are formatted into its comment; the rest
@@ -348,7 +383,7 @@ class _Synthesizer:
             self._streams[key] = stream
         return stream
 
-    def _write(self, entry: tuple[Any, ...], out: list[bytes]) -> None:
+    def _write(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
         blocks = self._blocks
         match entry:
             case ("open", conn, ts_ns, client, upstream):
@@ -390,7 +425,7 @@ class _Synthesizer:
                 self._json_cache[text] = cached
         return cached
 
-    def _flush_run(self, run: list[Record], out: list[bytes]) -> None:
+    def _flush_run(self, run: list[Record], out: list[Buffer]) -> None:
         if not run:
             return
         try:
@@ -408,14 +443,16 @@ class _Synthesizer:
             f'"ts_ns":{record.ts_ns},"rewritten":{"true" if record.rewritten else "false"}{extra}}}'
         ).encode()
 
-    def _segments(self, run: list[Record], leg: int) -> list[tuple[bytes, list[bytes], int, int]]:
+    def _segments(
+        self, run: list[Record], leg: int
+    ) -> list[tuple[bytes | memoryview, list[bytes], int, int]]:
         """(payload, comments, payload sum, ts_ns) per packet for one leg of a run of frames.
 
         Consecutive frames of one connection and direction share a packet (up to MAX_SEGMENT
         bytes), each with its own JSON comment, in order; a larger frame spans several packets
         and its comment rides on the first.
         """
-        segments: list[tuple[bytes, list[bytes], int, int]] = []
+        segments: list[tuple[Buffer, list[bytes], int, int]] = []
         parts: list[bytes] = []
         comments: list[bytes] = []
         size = 0
@@ -439,7 +476,7 @@ class _Synthesizer:
             if size + length > MAX_SEGMENT:
                 flush()
             if length > MAX_SEGMENT:
-                data = struct.pack(">i", len(payload)) + payload
+                data = memoryview(struct.pack(">i", len(payload)) + payload)  # pieces without copies
                 first: list[bytes] = [comment]
                 for start in range(0, length, MAX_SEGMENT):
                     piece = data[start : start + MAX_SEGMENT]
@@ -454,7 +491,7 @@ class _Synthesizer:
         flush()
         return segments
 
-    def _write_run(self, run: list[Record], out: list[bytes]) -> None:
+    def _write_run(self, run: list[Record], out: list[Buffer]) -> None:
         to_server = run[0].direction == "request"
         conn = run[0].conn
         packet_block = self._blocks.packet_block
@@ -466,8 +503,14 @@ class _Synthesizer:
             stream = self._stream(conn, leg)
             segments = shared if shared is not None else self._segments(run, leg)
             for data, comments, body, ts_ns in segments:
-                packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, data, body)
-                out.append(packet_block(packet, leg, ts_ns, comments or None))
+                if len(data) < 4096:
+                    packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, data, body)
+                    out.append(packet_block(packet, leg, ts_ns, comments or None))
+                    continue
+                # A big segment: its block goes out in parts (written with writelines, not copied).
+                header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, len(data), body)
+                block = packet_block(header, leg, ts_ns, comments or None, len(data))
+                out += (block[: _EPB_PACKET_AT + len(header)], data, block[_EPB_PACKET_AT + len(header) :])
         self.written_bytes += sum(len(r.client_payload) for r in run)
 
 
@@ -641,7 +684,7 @@ def _writer_process_main(path: str) -> None:
                 break
             data = source.read(_LENGTH.unpack(head)[0])
             batch = marshal.loads(data)
-            handle.write(synthesizer.batch(batch))
+            handle.writelines(synthesizer.batch(batch))
             handle.flush()
             if synthesizer.error is not None and reported is None:
                 reported = synthesizer.error
