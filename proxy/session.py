@@ -11,6 +11,13 @@ its correlation id; its bytes are forwarded as they arrive, and an input chunk m
 frames is forwarded as the very same bytes object. A frame is kept whole only when it is recorded,
 decoded (the group APIs) or rewritten (broker addresses, a rewrite policy); it is held back from
 the other side only when it is rewritten.
+
+Runs of whole opaque frames inside one read (what a pipelining client sends) are walked by one
+loop per read (`_scan_requests`/`_scan_responses`): per frame one `struct.unpack_from`, a set
+lookup and a deque append or pop of a plain tuple, no call; the read still goes out as one write.
+While recording, the same loop slices each frame once into its `Record`. Anything else (a frame
+cut by the read, a group API, an address-bearing response, a rewrite policy) takes the general
+frame-by-frame path, which emits the same commands (a property test checks this).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Recording to pcapng and reading it back (design section 3).
 
 `proxy.capture.writer` is the only module that imports scapy; the reader parses pcapng blocks
-itself so that a capture cut short by a crash is read up to its last whole block.
+itself so that a capture cut short by a crash is read up to its last whole block. The writer's
+background thread (design section 3) ships batches of frames to a writer process that builds and
+writes the pcapng, so that packet synthesis never competes with the event loop for the GIL.
 """
 
 CAPTURE_FORMAT = "group-replay-capture"

@@ -1,4 +1,4 @@
-"""The capture writer: Kafka frames -> synthesized TCP packets in pcapng, on one background thread.
+"""The capture writer: Kafka frames -> synthesized TCP packets in pcapng, off the event loop.
 
 Each proxied connection appears twice: on interface `client` (what the client sent and got) and
 on interface `upstream` (what the broker saw). Kafka frames travel in TCP segments with
@@ -18,8 +18,16 @@ scapy also builds each stream's Ethernet/IPv4/TCP header once; per packet only l
 and checksums are patched in, because building a scapy packet per frame would cost the proxy
 hundreds of microseconds of the GIL per frame.
 
-The event loop only puts tuples on a `queue.SimpleQueue` (never blocks); the thread writes
-batches and flushes after each, so a killed proxy leaves a file readable up to the last batch.
+Design section 3's "one background thread" is the thread that drains the event loop's queue;
+it hands the work on to a writer process. The event loop only puts tuples on a
+`queue.SimpleQueue` (never blocks); the writer thread marshals them in batches (at most 4,096
+frames or 1 MiB) down a pipe to `python -m proxy.capture.writer`, which builds the packets,
+checksums, comments and blocks (`_Synthesizer`) and appends them to the file, flushing after each
+batch. That work needs several microseconds per frame and ~100 us of checksum per 64 KB; done on
+a thread it held the GIL the event loop needs, in its own process it runs on the other core. A
+killed proxy leaves a file readable up to the last whole block: the writer process sees its input
+close and writes everything it was sent before it exits. The writer process reports how much it
+has written; the server stops reading clients while the backlog is high (`backlog_bytes`).
 """
 
 from __future__ import annotations
