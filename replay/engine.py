@@ -37,7 +37,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from proxy.capture.reader import Capture, exchanges
-from proxy.wire import CodecError, request_schema
+from proxy.wire import CodecError, request_schema, response_schema
 from proxy.wire.apis import ApiKey
 from proxy.wire.consumer_protocol import decode_assignment, encode_assignment
 from proxy.wire.convert import convert
@@ -62,6 +62,7 @@ JOIN, SYNC, HEARTBEAT, LEAVE = (
     int(ApiKey.LEAVE_GROUP),
 )
 DRIVEN_APIS = (JOIN, SYNC, HEARTBEAT, LEAVE)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
 NEWEST = {JOIN: 9, SYNC: 5, HEARTBEAT: 4, LEAVE: 5}
 # What a member that never used an API in the capture sends, given its JoinGroup version (the
 # pairs Kafka clients ship together: Java 3.2+ v9/v5/v4/v5, 2.4-2.8 v5-v7/v3-v5/v3-v4/v3-v4).
@@ -110,6 +111,7 @@ class MemberScript:
     api_versions: dict[int, int]  # recorded version per driven API
     heartbeat_interval_ms: int
     sessions: tuple[Session, ...]
+    client_software: str | None = None  # ApiVersions v3+ `name/version` of the recorded client
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +130,9 @@ def _member_key(client_id: str, ordinal_on_client: int, instance_id: str | None)
 
 def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
     """Member scripts of every group in the capture (client leg: what the clients really sent)."""
-    pairs = [ex for ex in exchanges(capture, "client") if ex.request.api_key in (*DRIVEN_APIS, 8)]
+    client_exchanges = exchanges(capture, "client")
+    pairs = [ex for ex in client_exchanges if ex.request.api_key in (*DRIVEN_APIS, 8)]
+    software_by_conn = _client_software_by_connection(client_exchanges)
     if not pairs:
         raise ReplayInputError(f"{session_id}: the capture holds no group requests")
     t0 = min(ex.request.ts_ns for ex in pairs)
@@ -206,6 +210,7 @@ def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
                 api_versions=versions,
                 heartbeat_interval_ms=max(interval, 1),
                 sessions=tuple(sessions),
+                client_software=next((software_by_conn[c] for c in conns if c in software_by_conn), None),
             )
         )
     if not scripts:
@@ -220,8 +225,28 @@ def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
     return ReplayPlan(session_id, tuple(scripts), layout, end_ms, tuple(recorded), capture.damage)
 
 
+def _client_software_by_connection(pairs: list[Any]) -> dict[int, str]:
+    """conn -> `name/version` from ApiVersions v3+ (KIP-511), the client's own name for itself."""
+    software: dict[int, str] = {}
+    for ex in pairs:
+        if ex.request.api_key != API_VERSIONS or ex.request.api_version < 3 or ex.conn in software:
+            continue
+        try:
+            request, _ = ex.decode()
+        except CodecError:
+            continue
+        name = getattr(request, "client_software_name", "") or ""
+        version = getattr(request, "client_software_version", "") or ""
+        if name:
+            software[ex.conn] = f"{name}/{version}" if version else name
+    return software
+
+
 def recorded_events(plan: ReplayPlan, scenario_name: str = "as-recorded") -> list[RebalanceEvent]:
     observer = GroupObserver(plan.session_id, scenario_name, "recorded")
+    observer.client_software.update(
+        {script.member_key: script.client_software for script in plan.scripts if script.client_software}
+    )
     for exchange in plan.recorded:
         observer.observe(exchange)
     return observer.events
@@ -656,6 +681,8 @@ class _Engine:
         # The observer derives nothing from a successful heartbeat (replay.observe): skip building
         # the exchange on the hot path.
         if pending.api_key != HEARTBEAT or response.error_code != 0:
+            if member.script.client_software:
+                self.observer.client_software.setdefault(member.member_key, member.script.client_software)
             self.observer.observe(
                 Exchange(
                     now_ms, member.member_key, pending.api_key, pending.api_version, pending.request, response
@@ -763,7 +790,6 @@ class _Engine:
 
 
 def _error_response(pending: _Pending, error_code: int) -> Any:
-    from proxy.wire import response_schema
 
     cls = response_schema(pending.api_key, pending.api_version)
     values: dict[str, Any] = {"error_code": ErrorCode(error_code)}
@@ -845,8 +871,12 @@ def synthesize_capture(
     rebalance_timeout_ms: int = 300_000,
     stagger_ms: int = 200,
     rolling_bounce: bool = False,
+    client_software: str | None = None,
 ) -> ReplayPlan:
     """Write a capture of `members` consumers running against the reference coordinator.
+
+    With `client_software` ("name/version"), every connection opens with an ApiVersions v3
+    exchange naming it, as KIP-511 clients do.
 
     Frames go through `proxy.capture.writer.CaptureWriter` exactly as the proxy records them
     (client leg = upstream leg, nothing rewritten); the returned plan is what was driven.
@@ -926,6 +956,34 @@ def synthesize_capture(
             writer.open_connection(
                 conn, ts_ns, f"10.0.0.{member.script.ordinal % 250 + 1}:5{conn:04d}", "reference:0"
             )
+            if client_software is not None:
+                name, _, software_version = client_software.partition("/")
+                hello = convert_from_mapping(
+                    request_schema(API_VERSIONS, 3),
+                    {"client_software_name": name, "client_software_version": software_version},
+                )
+                hello_reply = convert_from_mapping(
+                    response_schema(API_VERSIONS, 3), {"error_code": ErrorCode.none}
+                )
+                for direction, frame in (
+                    ("request", encode_request(hello, 0, member.script.client_id)[4:]),
+                    ("response", encode_response(hello_reply, 0)[4:]),
+                ):
+                    writer.record(
+                        Record(
+                            conn,
+                            direction,
+                            ts_ns,
+                            API_VERSIONS,
+                            3,
+                            3,
+                            0,
+                            member.script.client_id,
+                            None,
+                            frame,
+                            frame,
+                        )
+                    )
         if kind == "request":
             payload = encode_request(pending.request, pending.correlation_id, member.script.client_id)[4:]
         else:

@@ -45,6 +45,10 @@ class RebalanceEvent:
     join_api_version: int
     error_code: int
     assignment: tuple[str, ...] | None
+    # Optional extension (not in design section 4's contract; absent from older files): the
+    # member's client as it named itself in ApiVersions v3+, `name/version` (e.g.
+    # "apache-kafka-java/3.9.2"). The validator's compatibility matrix uses it as the client axis.
+    client_software: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         row = asdict(self)
@@ -56,7 +60,7 @@ class RebalanceEvent:
     def from_json_dict(cls, row: dict[str, Any]) -> RebalanceEvent:
         known = {f.name for f in fields(cls)}
         unknown = set(row) - known
-        missing = known - set(row)
+        missing = known - set(row) - set(OPTIONAL_EVENT_COLUMNS)
         if unknown or missing:
             raise ValueError(
                 f"event row: unknown columns {sorted(unknown)}, missing columns {sorted(missing)}"
@@ -67,7 +71,13 @@ class RebalanceEvent:
         return cls(**values)
 
 
-EVENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RebalanceEvent))
+OPTIONAL_EVENT_COLUMNS: tuple[str, ...] = ("client_software",)
+"""Extension columns: nullable, may be absent from a file."""
+
+EVENT_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in fields(RebalanceEvent) if f.name not in OPTIONAL_EVENT_COLUMNS
+)
+"""The contract columns of design section 4, in order."""
 
 
 def write_jsonl(events: Iterable[RebalanceEvent], out: IO[str]) -> int:

@@ -89,6 +89,8 @@ class GroupObserver:
         self.scenario = scenario
         self.run = run
         self.events: list[RebalanceEvent] = []
+        # member_key -> ApiVersions v3+ `name/version`, filled by whoever knows the clients
+        self.client_software: dict[str, str] = {}
         self._groups: dict[str, _GroupView] = {}
         self._members: dict[tuple[str, str], _MemberView] = {}
 
@@ -266,4 +268,5 @@ class GroupObserver:
             join_api_version=member.join_api_version,
             error_code=error_code,
             assignment=assignment,
+            client_software=self.client_software.get(member_key or ex.member_key),
         )

@@ -187,3 +187,23 @@ def test_cli_replays_many_captures_at_once(
     assert {(r.session_id, r.run) for r in rows} == {
         (session, run) for session in ("dynamic-group", "static-group") for run in ("recorded", "reference")
     }
+
+
+def test_client_software_from_api_versions_reaches_every_run(tmp_path) -> None:
+    """KIP-511 names (ApiVersions v3+) label events, so the validator's matrix has a client axis."""
+    from proxy.capture.reader import read_capture
+    from replay.engine import build_plan, recorded_events, replay_reference, synthesize_capture
+    from replay.scenario import load_builtin
+
+    path = tmp_path / "named.pcapng"
+    synthesize_capture(path, members=2, static=True, duration_ms=20_000, client_software="librdkafka/2.6.1")
+    plan = build_plan(read_capture(path), "named")
+    assert {script.client_software for script in plan.scripts} == {"librdkafka/2.6.1"}
+    recorded = recorded_events(plan)
+    assert recorded and {e.client_software for e in recorded} == {"librdkafka/2.6.1"}
+    result = replay_reference(plan, load_builtin("static-leader-bounce"))
+    assert result.events and {e.client_software for e in result.events} == {"librdkafka/2.6.1"}
+    row = recorded[0].to_json_dict()
+    assert row["client_software"] == "librdkafka/2.6.1"
+    del row["client_software"]  # files written before the column existed still read
+    assert type(recorded[0]).from_json_dict(row).client_software is None
