@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
+OBJECT_HASH_AGG_KEYS = 1 << 20
+"""Groups per task kept in ObjectHashAggregate's hash map before it falls back to sorting."""
 
 
 def java_problem() -> str | None:
@@ -55,6 +57,9 @@ def build_session(
         "spark.sql.adaptive.enabled": "false",
         # Joins on (session_id, ...) reuse a partitioning on session_id alone (see jobs.py).
         "spark.sql.requireAllClusterKeysForCoPartition": "false",
+        # collect_set/collect_list/max_by aggregations (ObjectHashAggregate) otherwise fall back to
+        # sort-based aggregation after 128 keys per task, i.e. on every real input.
+        "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": str(OBJECT_HASH_AGG_KEYS),
         "spark.driver.memory": driver_memory,
         "spark.driver.extraJavaOptions": quiet,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -68,6 +73,7 @@ def build_session(
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
+    spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(OBJECT_HASH_AGG_KEYS))
     return spark
 
 
