@@ -15,8 +15,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
-OBJECT_HASH_AGG_KEYS = 1 << 20
-"""Groups per task kept in ObjectHashAggregate's hash map before it falls back to sorting."""
+OBJECT_HASH_AGG_KEYS = 1 << 17
+"""Groups per task kept in ObjectHashAggregate's hash map before it falls back to sorting.
+
+Spark's default (128) sorts on every real input; the map lives outside Spark's memory manager, so
+the bound matters: 2^20 ran out of a 2 GB heap on 10M event rows (bench/README.md)."""
 
 
 def java_problem() -> str | None:
