@@ -6,36 +6,21 @@ instance id, ...), so tests, the driver and the benchmark describe a request onc
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import importlib
 from functools import lru_cache
 from typing import Any
 
 from kio.static.primitive import i32Timedelta
 
 from proxy.wire.codec import request_schema
-
-_FIELDS: dict[type[Any], frozenset[str]] = {}
-
-
-def _fields(schema: type[Any]) -> frozenset[str]:
-    names = _FIELDS.get(schema)
-    if names is None:
-        names = _FIELDS[schema] = frozenset(f.name for f in dataclasses.fields(schema))
-    return names
+from replay.coordinator.entities import build_entity, nested_of
 
 
-@lru_cache(maxsize=512)
 def _nested(api_key: int, api_version: int, name: str) -> type[Any]:
-    module = importlib.import_module(request_schema(api_key, api_version).__module__)
-    cls: type[Any] = getattr(module, name)
-    return cls
+    return nested_of(request_schema(api_key, api_version), name)
 
 
-def _build(schema: type[Any], values: dict[str, Any]) -> Any:
-    names = _fields(schema)
-    return schema(**{k: v for k, v in values.items() if k in names})
+_build = build_entity
 
 
 @lru_cache(maxsize=1024)

@@ -7,9 +7,7 @@ Kafka applies while serialising old versions are followed here too (cited per fu
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import importlib
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -18,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from proxy.wire.codec import response_schema
+from replay.coordinator.entities import fields_of, nested_of
 
 ZERO_THROTTLE: Any = i32Timedelta.parse(datetime.timedelta(0))
 _ERRORS: dict[int, ErrorCode] = {int(code.value): code for code in ErrorCode}
@@ -27,22 +26,12 @@ def error(code: int) -> ErrorCode:
     return _ERRORS[code]
 
 
-_FIELDS: dict[type[Any], frozenset[str]] = {}
+_fields = fields_of
 
 
-def _fields(schema: type[Any]) -> frozenset[str]:
-    names = _FIELDS.get(schema)
-    if names is None:
-        names = _FIELDS[schema] = frozenset(f.name for f in dataclasses.fields(schema))
-    return names
-
-
-@lru_cache(maxsize=1024)
 def nested(api_key: int, api_version: int, name: str) -> type[Any]:
     """A nested entity class (e.g. `JoinGroupResponseMember`) of a response schema."""
-    module = importlib.import_module(response_schema(api_key, api_version).__module__)
-    cls: type[Any] = getattr(module, name)
-    return cls
+    return nested_of(response_schema(api_key, api_version), name)
 
 
 def build(schema: type[Any], values: dict[str, Any]) -> Any:
