@@ -16,9 +16,11 @@ pytestmark = [
 pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
 from pyspark.testing import assertDataFrameEqual  # noqa: E402
 
 from validator import transforms as T  # noqa: E402
+from validator.explain import explain_diffs  # noqa: E402
 from validator.schemas import (  # noqa: E402
     FACTS_SCHEMA,
     JSON_READ_SCHEMA,
@@ -165,23 +167,40 @@ def test_bad_rows_are_flagged_with_a_reason(spark: SparkSession) -> None:
     )
 
 
-def test_pairs_compare_first_attempts_and_measure_noise_against_repeats(spark: SparkSession) -> None:
-    runs = spark.createDataFrame(
-        [
-            ("s1", "x", "g", r)
-            for r in ("reference", "reference~2", "recorded", "broker-3.9.1", "broker-4.1.0~2")
-        ],
+def _runs(spark: SparkSession, scenario: str, runs: tuple[str, ...]):
+    return spark.createDataFrame(
+        [("s1", scenario, "g", r) for r in runs],
         "session_id string, scenario string, group_id string, run string",
+    )
+
+
+def test_pairs_compare_first_attempts_and_measure_noise_against_repeats(spark: SparkSession) -> None:
+    runs = _runs(
+        spark, "as-recorded", ("reference", "reference~2", "recorded", "broker-3.9.1", "broker-4.1.0~2")
     )
     expected = spark.createDataFrame(
         [
-            ("s1", "x", "g", "reference", "recorded", "compare"),
-            ("s1", "x", "g", "reference", "broker-3.9.1", "compare"),
-            ("s1", "x", "g", "reference", "reference~2", "noise"),
+            ("s1", "as-recorded", "g", "reference", "recorded", "compare"),
+            ("s1", "as-recorded", "g", "reference", "broker-3.9.1", "compare"),
+            ("s1", "as-recorded", "g", "reference", "reference~2", "noise"),
         ],
         PAIRS_SCHEMA,
     )
     assertDataFrameEqual(T.comparison_pairs(runs, "reference"), expected)
+
+
+def test_under_a_modified_scenario_recorded_is_never_compared(spark: SparkSession) -> None:
+    """AGREED #5: the capture as it ran is no expectation for a replay that changed it."""
+    runs = _runs(spark, "static-upgrade", ("reference", "recorded", "broker-3.9.2"))
+    pairs = [("static-upgrade", "reference", "broker-3.9.2", "compare")]
+    for expected_run in ("reference", "recorded"):  # --expected recorded falls back to the reference
+        got = T.comparison_pairs(runs, expected_run).select(
+            "scenario", "expected_run", "observed_run", "role"
+        )
+        assertDataFrameEqual(got, pairs)
+    as_recorded = _runs(spark, "as-recorded", ("reference", "recorded", "broker-3.9.2"))
+    got = T.comparison_pairs(as_recorded, "recorded").select("expected_run", "observed_run")
+    assertDataFrameEqual(got, [("recorded", "reference"), ("recorded", "broker-3.9.2")])
 
 
 def _facts(spark: SparkSession, rows: list[tuple[str, str, str, int, str]]):
@@ -210,8 +229,8 @@ def test_diff_labels_changed_missing_unexpected_and_noise(spark: SparkSession) -
         ],
     )
     summary = spark.createDataFrame(
-        [("s1", "x", r, "g") for r in ("reference", "reference~2", "broker-9", "broker-8")],
-        "session_id string, scenario string, run string, group_id string",
+        [("s1", "x", r, "g", None) for r in ("reference", "reference~2", "broker-9", "broker-8")],
+        "session_id string, scenario string, run string, group_id string, not_run_detail string",
     )
     got = T.diff_runs(facts, summary, "reference").select(
         "observed_run",
@@ -244,7 +263,7 @@ def _compare(events):
     summary = T.run_summary(events, rebalances)
     facts = T.run_facts(events, summary, rebalances, T.member_assignments(events, rebalances))
     pairs = T.comparison_pairs(summary, "reference")
-    diffs = T.diff_runs(facts, summary, "reference")
+    diffs = explain_diffs(T.diff_runs(facts, summary, "reference"), summary)
     return facts, pairs, summary, diffs
 
 
@@ -282,7 +301,7 @@ def test_verdicts_name_what_differs_and_fail_without_expected_run(spark: SparkSe
     assertDataFrameEqual(
         got,
         [
-            ("s1", "differs", 1, 2, ["a", "b"], ["b"], ["b: - -> 82"], "fenced"),
+            ("s1", "differs", 1, 2, ["a", "b"], ["b"], ["b: - -> fenced_instance_id(82)"], "fenced"),
             ("s2", "failed", None, 1, [], [], [], "expected run missing"),
         ],
     )
@@ -306,15 +325,15 @@ def test_client_dimension_prefers_client_software_then_join_versions(spark: Spar
 
 def test_matrix_counts_statuses_per_scenario_client_and_broker(spark: SparkSession) -> None:
     cols = (
-        "session_id string, scenario string, group_id string, observed_run string, status string, "
-        "diffs long, noise_diffs long, worst_severity int, worst_aspect string"
+        "session_id string, scenario string, group_id string, expected_run string, observed_run string, "
+        "status string, diffs long, noise_diffs long, worst_severity int, worst_aspect string"
     )
     verdicts = spark.createDataFrame(
         [
-            ("s1", "up", "g", "broker-3.9.1", "pass", 0, 2, None, None),
-            ("s2", "up", "g", "broker-3.9.1", "differs", 3, 0, 1, "assignment"),
-            ("s3", "up", "g", "broker-3.9.1", "differs", 1, 0, 5, "fenced"),
-            ("s4", "up", "g", "reference", "failed", 0, 0, 9, "never stabilized"),
+            ("s1", "up", "g", "reference", "broker-3.9.1", "pass", 0, 2, None, None),
+            ("s2", "up", "g", "reference", "broker-3.9.1", "differs", 3, 0, 1, "assignment"),
+            ("s3", "up", "g", "reference", "broker-3.9.1", "differs", 1, 0, 5, "fenced"),
+            ("s4", "up", "g", "recorded", "reference", "failed", 0, 0, 9, "never stabilized"),
         ],
         cols,
     )
@@ -339,4 +358,95 @@ def test_matrix_counts_statuses_per_scenario_client_and_broker(spark: SparkSessi
             ("broker-3.9.1", "3.9.1", 3, 1, 2, 0, 2, "fenced", "s3"),
             ("reference", "reference", 1, 0, 0, 1, 0, "never stabilized", "s4"),
         ],
+    )
+
+
+NOT_RUN_REASON = "JoinGroup v9 needs a broker with KIP-814 (Kafka 3.2+)"
+
+
+def _with_detail(events):
+    """The `detail` column (AGREED #1) on the rows of event `not_run`."""
+    if "detail" in events.columns:
+        events = events.drop("detail")
+    return events.withColumn(
+        "detail", F.when(F.col("event") == "not_run", F.lit(NOT_RUN_REASON)).cast("string")
+    )
+
+
+def test_a_run_not_carried_out_is_a_not_run_verdict_never_a_pass(spark: SparkSession) -> None:
+    events = _with_detail(
+        frame(
+            spark,
+            one_run("reference", 1)
+            + one_run("broker-3.9.2", 1)
+            + [ev("broker-2.8.2", 0, "not_run", member="")],
+        )
+    )
+    _, pairs, summary, diffs = _compare(events)
+    not_run = summary.where("run = 'broker-2.8.2'").select("rebalance_count", "members", "not_run_detail")
+    assertDataFrameEqual(not_run, [(0, 0, NOT_RUN_REASON)])
+    assert diffs.where("observed_run = 'broker-2.8.2'").count() == 0, "not run is not 'everything missing'"
+    verdicts = T.session_verdicts(pairs, summary, diffs)
+    got = verdicts.select("observed_run", "status", "worst_aspect", "not_run_detail", "explanation")
+    reason = f"broker-2.8.2 not run: {NOT_RUN_REASON}"
+    assertDataFrameEqual(
+        got,
+        [
+            ("broker-3.9.2", "pass", None, None, None),
+            ("broker-2.8.2", "not run", "not run", reason, reason),
+        ],
+    )
+    clients = spark.createDataFrame([("s1", "java/3.9.1")], "session_id string, client string")
+    cells = T.compatibility_matrix(verdicts, clients).select(
+        "observed_run", "passed", "not_run", "worst_aspect"
+    )
+    assertDataFrameEqual(cells, [("broker-3.9.2", 1, 0, None), ("broker-2.8.2", 0, 1, "not run")])
+
+
+def test_an_expected_run_not_carried_out_makes_every_comparison_not_run(spark: SparkSession) -> None:
+    events = _with_detail(
+        frame(spark, [ev("reference", 0, "not_run", member=""), *one_run("broker-3.9.2", 1)])
+    )
+    _, pairs, summary, diffs = _compare(events)
+    assert diffs.count() == 0
+    got = T.session_verdicts(pairs, summary, diffs).select("observed_run", "status")
+    assertDataFrameEqual(got, [("broker-3.9.2", "not run")])
+
+
+def _causes(diffs) -> dict[tuple[str, str], tuple[str, str | None]]:
+    return {
+        (r["aspect"], r["subject"]): (r["cause"], r["next_step"])
+        for r in diffs.select("aspect", "subject", "cause", "next_step").collect()
+    }
+
+
+def test_differences_are_explained_fencing_and_extra_rebalance(spark: SparkSession) -> None:
+    broker = one_run("broker-3.9.2", 1)
+    broker += [
+        ev("broker-3.9.2", 8, "member_left", 2, "c"),  # dynamic: no group_instance_id
+        ev("broker-3.9.2", 9, "rebalance_started", 2, "a"),
+        ev("broker-3.9.2", 10, "generation_completed", 3, "a", leader=True, assignment=["t-0"]),
+        ev("broker-3.9.2", 11, "generation_completed", 3, "b", assignment=["t-1", "t-2"]),
+        ev("broker-3.9.2", 12, "member_fenced", 3, "b", error_code=82),
+    ]
+    _, _, _, diffs = _compare(frame(spark, one_run("reference", 1) + broker))
+    causes = _causes(diffs)
+    assert causes[("fenced", "b")][0] == "fenced: two live members share group.instance.id b (KIP-345)"
+    assert "group.instance.id" in (causes[("fenced", "b")][1] or "")
+    assert causes[("rebalance_count", "")][0] == "extra rebalance: member left without group.instance.id (c)"
+    assert causes[("error", "b")][0] == "b saw other errors: none -> fenced_instance_id(82)"
+    assert all(cause for cause, _ in causes.values()), causes
+
+
+def test_leader_that_did_not_skip_assignment_is_explained_by_kip_814(spark: SparkSession) -> None:
+    def run(name: str, skip: bool, join_api_version: int, second: list[str]):
+        rows = one_run(name, 1)
+        rows[6] = ev(name, 6, "generation_completed", 2, "a", leader=True, assignment=second)
+        rows = [(*r[:13], skip if r[6] == "generation_completed" else None, *r[14:]) for r in rows]
+        return [(*r[:14], join_api_version, *r[15:]) for r in rows]
+
+    events = frame(spark, run("reference", True, 9, ["t-0"]) + run("broker-2.8.2", False, 7, ["t-9"]))
+    _, _, _, diffs = _compare(events)
+    assert _causes(diffs)[("assignment", "a")][0] == (
+        "leader did not skip assignment: JoinGroup below v9 (KIP-814)"
     )

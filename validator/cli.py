@@ -1,13 +1,15 @@
 """`group-replay validate`: diff expected vs observed rebalances with Spark and report.
 
-Exit codes: 0 no differences beyond noise, 1 differences found, 2 usage or input error (also when
-Java is missing, or when more rows are bad than `--max-bad-rows` allows; the tables and the report
-are still written then, so the bad rows can be inspected).
+Exit codes: 0 no differences beyond noise, 1 differences found or a comparison that could not be
+made (a run `not run`, a missing expected run), 2 usage or input error (also when the spark extra
+or Java is missing, or when more rows are bad than `--max-bad-rows` allows; the tables and the
+report are still written then, so the bad rows can be inspected).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -16,6 +18,16 @@ from rich.console import Console
 from validator.session import java_problem
 
 EXIT_OK, EXIT_DIFFERENCES, EXIT_INPUT = 0, 1, 2
+SPARK_EXTRA_MODULES = ("pyspark", "pyarrow")
+INSTALL_SPARK_EXTRA = "pip install 'group-replay[spark]'"
+
+
+def missing_spark_extra() -> str | None:
+    """One line naming the extra to install, or None when pyspark and pyarrow import."""
+    missing = [name for name in SPARK_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return f"needs the spark extra ({', '.join(missing)} not installed): {INSTALL_SPARK_EXTRA}"
 
 
 def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser:
@@ -62,7 +74,7 @@ def run(argv: list[str], *, master_from_submit: bool = False) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     console = Console(stderr=True)
-    problem = java_problem()
+    problem = missing_spark_extra() or java_problem()
     if problem is not None:
         print(f"group-replay validate: {problem}", file=sys.stderr)
         return EXIT_INPUT

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from validator import transforms as T
+from validator.explain import explain_diffs
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
     EVENT_SCHEMA,
@@ -25,14 +26,17 @@ from validator.schemas import (
     READ_SCHEMA,
 )
 
-USED_COLUMNS: tuple[str, ...] = tuple(
-    c for c in EVENT_SCHEMA.fieldNames() if c not in ("member_id", "group_instance_id", "skip_assignment")
-)
+USED_COLUMNS: tuple[str, ...] = tuple(c for c in EVENT_SCHEMA.fieldNames() if c != "member_id")
+"""Every column but `member_id` (never compared: brokers assign their own)."""
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 PARQUET_SUFFIXES = (".parquet",)
 WORST_SESSIONS_IN_REPORT = 30
 DIFF_ROWS_PER_SESSION_IN_REPORT = 60
 BAD_ROW_SAMPLES = 20
+
+
+SectionKey = tuple[str, str, str]
+"""(session_id, scenario, group_id): one report section each."""
 
 
 class InputError(Exception):
@@ -70,9 +74,10 @@ class ReportData:
     noise_total: int = 0
     matrix: list[dict[str, Any]] = field(default_factory=list)
     worst: list[dict[str, Any]] = field(default_factory=list)
-    session_verdicts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    session_diffs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    timelines: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    session_verdicts: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
+    session_diffs: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
+    timelines: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
+    run_summaries: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
     tables_written: list[str] = field(default_factory=list)
 
     @property
@@ -81,12 +86,17 @@ class ReportData:
 
     @property
     def failing(self) -> int:
-        return self.status_counts.get("differs", 0) + self.status_counts.get("failed", 0)
+        """Comparisons that are not a pass: differs, failed or not run."""
+        return sum(count for status, count in self.status_counts.items() if status != "pass")
 
 
-def session_anchor(session_id: str, group_id: str, observed_run: str | None = None) -> str:
-    """HTML id of a session's section (and of one comparison within it)."""
-    raw = f"{session_id}--{group_id}" + (f"--{observed_run}" if observed_run else "")
+def section_key(row: dict[str, Any]) -> SectionKey:
+    return (row["session_id"], row["scenario"], row["group_id"])
+
+
+def session_anchor(session_id: str, scenario: str, group_id: str, observed_run: str | None = None) -> str:
+    """HTML id of a (session, scenario, group) section (and of one comparison within it)."""
+    raw = f"{session_id}--{scenario}--{group_id}" + (f"--{observed_run}" if observed_run else "")
     return "s-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in raw)
 
 
@@ -234,7 +244,7 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
         pairs = _materialize(T.comparison_pairs(summary, options.expected_run))
 
     with stage("diff expected vs observed, label noise"):
-        diffs = _materialize(T.diff_runs(facts, summary, options.expected_run))
+        diffs = _materialize(explain_diffs(T.diff_runs(facts, summary, options.expected_run), summary))
         verdicts = _materialize(T.session_verdicts(pairs, summary, diffs))
         totals = diffs.groupBy("is_noise").count().collect()
         data.diffs_total = sum(int(r["count"]) for r in totals if not r["is_noise"])
@@ -288,37 +298,42 @@ def write_tables(tables: Tables, out_dir: Path, *, include_bad: bool) -> list[st
 
 
 def _collect_report(tables: Tables, data: ReportData) -> None:
-    """The worst comparisons, their diffs and the rebalance timelines of their sessions (and of
-    each matrix cell's worst session, so every link in the report lands)."""
+    """The worst comparisons, their diffs, run summaries and the rebalance timelines of their
+    (session, scenario, group) sections (and of each matrix cell's worst one, so every link lands)."""
     worst_order: list[Column | str] = [
         F.desc("worst_severity"),
         F.desc("diffs"),
         "session_id",
+        "scenario",
         "group_id",
         "observed_run",
     ]
     failing = tables.verdicts.where(F.col("status") != "pass")
     worst = _rows(failing.orderBy(*worst_order).limit(WORST_SESSIONS_IN_REPORT))
     if not worst:  # all pass: still show a few sessions' timelines
-        worst = _rows(tables.verdicts.orderBy("session_id", "group_id", "observed_run").limit(5))
+        worst = _rows(tables.verdicts.orderBy("session_id", "scenario", "group_id", "observed_run").limit(5))
     data.worst = worst
-    wanted = {(w["session_id"], w["group_id"]) for w in worst}
-    wanted |= {(c["worst_session"], c["worst_group"]) for c in data.matrix if c["worst_session"]}
+    wanted = {section_key(w) for w in worst}
+    wanted |= {
+        (c["worst_session"], c["scenario"], c["worst_group"]) for c in data.matrix if c["worst_session"]
+    }
     if not wanted:
         return
     spark = tables.diffs.sparkSession
-    chosen = F.broadcast(spark.createDataFrame(sorted(wanted), "session_id string, group_id string"))
-    for row in _rows(tables.verdicts.join(chosen, ["session_id", "group_id"]).orderBy(*worst_order)):
-        data.session_verdicts.setdefault(session_anchor(row["session_id"], row["group_id"]), []).append(row)
+    key = ["session_id", "scenario", "group_id"]
+    chosen = F.broadcast(
+        spark.createDataFrame(sorted(wanted), "session_id string, scenario string, group_id string")
+    )
+    for row in _rows(tables.verdicts.join(chosen, key).orderBy(*worst_order)):
+        data.session_verdicts.setdefault(section_key(row), []).append(row)
     diff_rows = _rows(
-        tables.diffs.join(chosen, ["session_id", "group_id"])
-        .orderBy("session_id", "group_id", "observed_run", F.desc("severity"), "aspect", "ordinal", "subject")
+        tables.diffs.join(chosen, key)
+        .orderBy(*key, "observed_run", F.desc("severity"), "aspect", "ordinal", "subject")
         .limit(len(wanted) * DIFF_ROWS_PER_SESSION_IN_REPORT)
     )
     for row in diff_rows:
-        data.session_diffs.setdefault(session_anchor(row["session_id"], row["group_id"]), []).append(row)
-    timeline = tables.rebalances.join(chosen, ["session_id", "group_id"]).orderBy(
-        "session_id", "run", "ordinal"
-    )
-    for row in _rows(timeline):
-        data.timelines.setdefault(session_anchor(row["session_id"], row["group_id"]), []).append(row)
+        data.session_diffs.setdefault(section_key(row), []).append(row)
+    for row in _rows(tables.rebalances.join(chosen, key).orderBy(*key, "run", "ordinal")):
+        data.timelines.setdefault(section_key(row), []).append(row)
+    for row in _rows(tables.summary.join(chosen, key).orderBy(*key, "run")):
+        data.run_summaries.setdefault(section_key(row), []).append(row)

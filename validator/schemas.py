@@ -95,8 +95,14 @@ RUN_SUMMARY_SCHEMA = StructType(
         StructField("left", ArrayType(StringType(), True), True),
         StructField("error_codes", ArrayType(IntegerType(), True), True),
         StructField("last_ts_ms", LongType(), True),
+        StructField("not_run_detail", StringType(), True),
+        StructField("join_api_versions", ArrayType(IntegerType(), True), True),
+        StructField("left_without_instance_id", ArrayType(StringType(), True), True),
+        StructField("skip_assignment_seen", BooleanType(), True),
     ]
 )
+"""One row per run; `not_run_detail` is set (and nothing else happened) when the run could not be
+carried out. The last three columns are context for explaining differences (validator.explain)."""
 
 FACTS_SCHEMA = StructType(
     [
@@ -138,6 +144,8 @@ REBALANCE_DIFF_SCHEMA = StructType(
         StructField("change", StringType(), True),
         StructField("severity", IntegerType(), True),
         StructField("is_noise", BooleanType(), True),
+        StructField("cause", StringType(), True),
+        StructField("next_step", StringType(), True),
     ]
 )
 
@@ -161,6 +169,8 @@ SESSION_VERDICT_SCHEMA = StructType(
         StructField("error_changes", ArrayType(StringType(), True), True),
         StructField("worst_severity", IntegerType(), True),
         StructField("worst_aspect", StringType(), True),
+        StructField("not_run_detail", StringType(), True),
+        StructField("explanation", StringType(), True),
     ]
 )
 
@@ -168,12 +178,14 @@ COMPATIBILITY_MATRIX_SCHEMA = StructType(
     [
         StructField("scenario", StringType(), True),
         StructField("client", StringType(), True),
+        StructField("expected_run", StringType(), True),
         StructField("observed_run", StringType(), True),
         StructField("broker_version", StringType(), True),
         StructField("sessions", LongType(), True),
         StructField("passed", LongType(), True),
         StructField("differs", LongType(), True),
         StructField("failed", LongType(), True),
+        StructField("not_run", LongType(), True),
         StructField("diffs", LongType(), True),
         StructField("noise_diffs", LongType(), True),
         StructField("worst_severity", IntegerType(), True),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,41 @@ def java_problem() -> str | None:
             "e.g. `apt-get install openjdk-17-jre-headless`"
         )
     return None
+
+
+def jvm_log_path() -> Path:
+    """Where the driver JVM's own stdout/stderr go (Spark's start-up lines, later warnings)."""
+    return Path(tempfile.gettempdir()) / f"group-replay-spark-{os.getpid()}.log"
+
+
+def _launch_quiet_gateway(conf: dict[str, str], master: str | None) -> None:
+    """Start the driver JVM with its stdout/stderr in `jvm_log_path()` instead of the terminal.
+
+    Spark prints start-up lines ("Setting default log level", JDK incubator warnings) straight to
+    the inherited file descriptors, through any progress display on the terminal. pyspark's
+    `launch_gateway` takes Popen arguments; SparkContext then reuses the gateway it finds. Under
+    `spark-submit` (a gateway already exists) this does nothing.
+    """
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return
+    spark_conf = SparkConf(loadDefaults=False)
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    if master is not None:
+        spark_conf.setMaster(master)
+    log = jvm_log_path()
+    with log.open("ab") as sink:
+        try:
+            gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": sink, "stderr": sink})  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(f"Spark did not start ({exc}); {log}: {' | '.join(tail)}") from exc
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
 
 
 def build_session(
@@ -69,6 +105,7 @@ def build_session(
     }
     for key, value in conf.items():
         builder = builder.config(key, value)
+    _launch_quiet_gateway(conf, master)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     # Settable at runtime too, so an existing (spark-submit) session gets them as well.

@@ -21,6 +21,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from replay.scenario import AS_RECORDED
+from validator.explain import error_names
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
     EVENT_NAMES,
@@ -40,12 +42,23 @@ ASPECT_SEVERITY: dict[str, int] = {
 """How bad a difference is; the worst one names a session's and a matrix cell's verdict."""
 
 FAILED_SEVERITY = 9
-"""Severity of a comparison that could not be made or whose group never stabilized."""
+"""Severity of a comparison whose expected run is missing or whose group never stabilized."""
+
+NOT_RUN_SEVERITY = 8
+"""Severity of a comparison with a side that could not be carried out."""
 
 WHOLE_RUN = 0
 """`ordinal` of a fact about the whole run (rebalance count, fencing, expiry, errors)."""
 
 REPEAT_SUFFIX = r"~(\d+)$"
+
+RECORDED, REFERENCE = "recorded", "reference"
+"""Run names (AGREED #4): the capture as it ran, and the reference coordinator's replay."""
+
+AS_RECORDED_SCENARIO = AS_RECORDED.name
+
+NOT_RUN = "not run"
+"""Verdict of a comparison with a side that could not be carried out (event `not_run`)."""
 
 
 def base_run(run: Column) -> Column:
@@ -57,6 +70,31 @@ def run_attempt(run: Column) -> Column:
     """`X` -> 1, `X~2` -> 2."""
     digits = F.regexp_extract(run, REPEAT_SUFFIX, 1)
     return F.when(digits == "", F.lit(1)).otherwise(digits.cast("int"))
+
+
+def expected_run_for(scenario: Column, expected_run: str) -> Column:
+    """The run a scenario's runs are compared against (AGREED #5).
+
+    `recorded` is the capture as it ran, unmodified: it can only be the expectation (or be compared)
+    under `as-recorded`. Under any other scenario the reference replaying that scenario is.
+    """
+    if expected_run != RECORDED:
+        return F.lit(expected_run)
+    return F.when(scenario == AS_RECORDED_SCENARIO, F.lit(RECORDED)).otherwise(F.lit(REFERENCE))
+
+
+def is_observed(run: Column, scenario: Column, expected: Column) -> Column:
+    """A first attempt other than the expected run; `recorded` only under `as-recorded`."""
+    return (
+        (run_attempt(run) == 1)
+        & (run != expected)
+        & ((scenario == AS_RECORDED_SCENARIO) | (base_run(run) != RECORDED))
+    )
+
+
+def _optional(frame: DataFrame, column: str) -> Column:
+    """An optional event column, null when an older input lacks it."""
+    return F.col(column) if column in frame.columns else F.lit(None).cast("string")
 
 
 # ---- input hygiene ------------------------------------------------------------------------------
@@ -129,7 +167,9 @@ def run_summary(events: DataFrame, rebalances: DataFrame) -> DataFrame:
     """Per run and group: rebalance count, members, who was fenced, expired or left, error codes."""
     per_run = events.groupBy(*RUN_KEY).agg(
         F.count(F.when(F.col("event") == "rebalance_started", True)).alias("rebalances_started"),
-        F.size(F.collect_set("member_key")).cast("long").alias("members"),
+        F.size(F.collect_set(F.when(F.col("event") != "not_run", F.col("member_key"))))
+        .cast("long")
+        .alias("members"),
         _members_with("member_fenced").alias("fenced"),
         _members_with("member_expired").alias("expired"),
         _members_with("member_left").alias("left"),
@@ -137,6 +177,24 @@ def run_summary(events: DataFrame, rebalances: DataFrame) -> DataFrame:
             "error_codes"
         ),
         F.max("ts_ms").alias("last_ts_ms"),
+        F.max(
+            F.when(
+                F.col("event") == "not_run",
+                F.coalesce(_optional(events, "detail"), F.lit("no reason given")),
+            )
+        ).alias("not_run_detail"),
+        F.array_sort(F.collect_set(F.when(F.col("event") != "not_run", F.col("join_api_version")))).alias(
+            "join_api_versions"
+        ),
+        F.array_sort(
+            F.collect_set(
+                F.when(
+                    (F.col("event") == "member_left") & F.col("group_instance_id").isNull(),
+                    F.col("member_key"),
+                )
+            )
+        ).alias("left_without_instance_id"),
+        F.coalesce(F.max(F.col("skip_assignment")), F.lit(False)).alias("skip_assignment_seen"),
     )
     counts = rebalances.groupBy(*RUN_KEY).agg(F.count("*").cast("int").alias("rebalance_count"))
     return per_run.join(counts, list(RUN_KEY), "left").select(
@@ -149,6 +207,10 @@ def run_summary(events: DataFrame, rebalances: DataFrame) -> DataFrame:
         "left",
         "error_codes",
         "last_ts_ms",
+        "not_run_detail",
+        "join_api_versions",
+        "left_without_instance_id",
+        "skip_assignment_seen",
     )
 
 
@@ -212,7 +274,7 @@ def run_facts(
                 "error",
                 F.col("member_key"),
                 whole_run,
-                F.array_join(F.transform("codes", lambda c: c.cast("string")), ","),
+                error_names(F.col("codes")),
             )
         )
     )
@@ -224,19 +286,23 @@ def run_facts(
 def comparison_pairs(runs: DataFrame, expected_run: str) -> DataFrame:
     """Which runs to compare, per (session, scenario, group).
 
-    `compare`: the expected run against every other first attempt (`reference` vs
-    `broker-3.9.1`). `noise`: a run against each of its repeats (`reference` vs `reference~2`),
-    only where both exist. A missing expected run still yields its `compare` pairs, so the
-    verdict can say so.
+    `compare`: the scenario's expected run (`expected_run_for`) against every observed run of the
+    same scenario (`is_observed`: `recorded` only under `as-recorded`). `noise`: a run against each
+    of its repeats (`reference` vs `reference~2`), only where both exist. A missing expected run
+    still yields its `compare` pairs, so the verdict can say so.
     """
     named = runs.select(*GROUP_KEY, "run").distinct()
     named = named.select(
-        *GROUP_KEY, "run", base_run(F.col("run")).alias("base"), run_attempt(F.col("run")).alias("attempt")
+        *GROUP_KEY,
+        "run",
+        base_run(F.col("run")).alias("base"),
+        run_attempt(F.col("run")).alias("attempt"),
+        expected_run_for(F.col("scenario"), expected_run).alias("expected_run"),
     )
     firsts = named.where(F.col("attempt") == 1)
-    compare = firsts.where(F.col("base") != expected_run).select(
+    compare = firsts.where(is_observed(F.col("run"), F.col("scenario"), F.col("expected_run"))).select(
         *GROUP_KEY,
-        F.lit(expected_run).alias("expected_run"),
+        "expected_run",
         F.col("run").alias("observed_run"),
         F.lit("compare").alias("role"),
     )
@@ -261,16 +327,24 @@ def diff_runs(facts: DataFrame, summary: DataFrame, expected_run: str) -> DataFr
     """Facts that differ between the expected run and each observed run, labelled noise or not.
 
     One grouped pass, no pairwise joins: per (session, scenario, group, fact) the values of all
-    runs go into a map; each observed first attempt (run without `~N`) is compared with the
-    expected run, and the fact is *unstable* (its differences are noise) when any run disagrees
-    with one of its own repeats. `change` is `changed`, `missing` (expected has it, observed not)
-    or `unexpected` (the reverse).
+    runs go into a map; each observed run (`is_observed`) is compared with the scenario's expected
+    run (`expected_run_for`), and the fact is *unstable* (its differences are noise) when any run
+    disagrees with one of its own repeats. `change` is `changed`, `missing` (expected has it,
+    observed not) or `unexpected` (the reverse). Runs that were not carried out (`not_run`) have
+    no facts and are left out here: their verdict says "not run" instead of listing everything as
+    missing.
     """
-    runs = summary.groupBy(*GROUP_KEY).agg(F.collect_set("run").alias("runs"))
+    ran = F.col("not_run_detail").isNull()
+    runs = summary.groupBy(*GROUP_KEY).agg(
+        F.collect_set(F.when(ran, F.col("run"))).alias("runs"),
+        F.collect_set(F.when(~ran, F.col("run"))).alias("not_run"),
+    )
     values = facts.groupBy(*GROUP_KEY, *FACT_KEY).agg(
         F.map_from_entries(F.collect_list(F.struct("run", "value"))).alias("values")
     )
-    by_fact = values.join(runs, list(GROUP_KEY))
+    by_fact = values.join(runs, list(GROUP_KEY)).withColumn(
+        "expected_run", expected_run_for(F.col("scenario"), expected_run)
+    )
 
     def value_of(run: Column) -> Column:
         return F.try_element_at(F.col("values"), run)
@@ -283,15 +357,20 @@ def diff_runs(facts: DataFrame, summary: DataFrame, expected_run: str) -> DataFr
             & ~value_of(r).eqNullSafe(value_of(base_run(r)))
         ),
     )
-    observed_runs = F.filter("runs", lambda r: (run_attempt(r) == 1) & (r != F.lit(expected_run)))
+    expected = F.col("expected_run")
+    observed_runs = F.when(
+        ~F.array_contains(F.col("not_run"), expected),
+        F.filter("runs", lambda r: is_observed(r, F.col("scenario"), expected)),
+    ).otherwise(F.array().cast("array<string>"))
     exploded = by_fact.select(
         *GROUP_KEY,
         *FACT_KEY,
         "values",
+        "expected_run",
         unstable.alias("is_noise"),
         F.explode(observed_runs).alias("observed_run"),
     )
-    expected_value = value_of(F.lit(expected_run))
+    expected_value = value_of(expected)
     observed_value = value_of(F.col("observed_run"))
     change = (
         F.when(expected_value.isNull(), F.lit("unexpected"))
@@ -303,7 +382,7 @@ def diff_runs(facts: DataFrame, summary: DataFrame, expected_run: str) -> DataFr
     )
     return exploded.where(~expected_value.eqNullSafe(observed_value)).select(
         *GROUP_KEY,
-        F.lit(expected_run).alias("expected_run"),
+        "expected_run",
         "observed_run",
         *FACT_KEY,
         expected_value.alias("expected_value"),
@@ -315,18 +394,27 @@ def diff_runs(facts: DataFrame, summary: DataFrame, expected_run: str) -> DataFr
 
 
 def session_verdicts(pairs: DataFrame, summary: DataFrame, diffs: DataFrame) -> DataFrame:
-    """Per compared pair: pass / differs / failed, with what differed.
+    """Per compared pair: pass / differs / failed / not run, with what differed and why.
 
-    `failed`: the expected run is missing, or the observed group never completed a generation
+    `not run`: either side could not be carried out (event `not_run`; `detail` says why): never a
+    pass. `failed`: the expected run is missing, or the observed group never completed a generation
     while the expected one did. `differs`: at least one difference that is not noise.
+    `explanation` is the cause of the worst difference (`validator.explain`), or why the comparison
+    could not be made.
     """
     compare = pairs.where(F.col("role") == "compare").drop("role")
-    counts = summary.select(*GROUP_KEY, "run", "rebalance_count")
-    expected_counts = counts.withColumnRenamed("run", "expected_run").withColumnRenamed(
-        "rebalance_count", "expected_rebalances"
+    counts = summary.select(*GROUP_KEY, "run", "rebalance_count", "not_run_detail")
+    expected_counts = counts.select(
+        *GROUP_KEY,
+        F.col("run").alias("expected_run"),
+        F.col("rebalance_count").alias("expected_rebalances"),
+        F.col("not_run_detail").alias("expected_not_run"),
     )
-    observed_counts = counts.withColumnRenamed("run", "observed_run").withColumnRenamed(
-        "rebalance_count", "observed_rebalances"
+    observed_counts = counts.select(
+        *GROUP_KEY,
+        F.col("run").alias("observed_run"),
+        F.col("rebalance_count").alias("observed_rebalances"),
+        F.col("not_run_detail").alias("observed_not_run"),
     )
     real = ~F.col("is_noise")
 
@@ -347,6 +435,7 @@ def session_verdicts(pairs: DataFrame, summary: DataFrame, diffs: DataFrame) -> 
         F.lit(" -> "),
         F.coalesce(F.col("observed_value"), F.lit("-")),
     )
+    cause = F.col("cause") if "cause" in diffs.columns else F.lit(None).cast("string")
     per_pair = diffs.groupBy(*GROUP_KEY, "expected_run", "observed_run").agg(
         F.count(F.when(real, True)).alias("diffs"),
         F.count(F.when(F.col("is_noise"), True)).alias("noise_diffs"),
@@ -357,7 +446,7 @@ def session_verdicts(pairs: DataFrame, summary: DataFrame, diffs: DataFrame) -> 
         F.array_sort(F.collect_set(F.when(real & (F.col("aspect") == "error"), error_change))).alias(
             "error_changes"
         ),
-        F.max(F.when(real, F.struct("severity", "aspect"))).alias("worst"),
+        F.max(F.when(real, F.struct("severity", "aspect", cause.alias("cause")))).alias("worst"),
     )
     keys = [*GROUP_KEY, "expected_run", "observed_run"]
     joined = (
@@ -367,11 +456,32 @@ def session_verdicts(pairs: DataFrame, summary: DataFrame, diffs: DataFrame) -> 
     )
     empty = F.array().cast("array<string>")
     diffs_n = F.coalesce(F.col("diffs"), F.lit(0))
+    not_run_detail = F.concat_ws(
+        "; ",
+        F.when(
+            F.col("expected_not_run").isNotNull(),
+            F.concat(F.col("expected_run"), F.lit(" not run: "), F.col("expected_not_run")),
+        ),
+        F.when(
+            F.col("observed_not_run").isNotNull(),
+            F.concat(F.col("observed_run"), F.lit(" not run: "), F.col("observed_not_run")),
+        ),
+    )
+    not_run = F.col("expected_not_run").isNotNull() | F.col("observed_not_run").isNotNull()
     status = (
-        F.when(F.col("expected_rebalances").isNull(), F.lit("failed"))
+        F.when(not_run, F.lit(NOT_RUN))
+        .when(F.col("expected_rebalances").isNull(), F.lit("failed"))
         .when((F.col("observed_rebalances") == 0) & (F.col("expected_rebalances") > 0), F.lit("failed"))
         .when(diffs_n > 0, F.lit("differs"))
         .otherwise(F.lit("pass"))
+    )
+    missing = F.concat(F.lit("no "), F.col("expected_run"), F.lit(" run in this session and scenario"))
+    never = F.concat(
+        F.col("observed_run"),
+        F.lit(" never completed a generation; "),
+        F.col("expected_run"),
+        F.lit(" completed "),
+        F.col("expected_rebalances").cast("string"),
     )
     return joined.select(
         *keys,
@@ -386,14 +496,22 @@ def session_verdicts(pairs: DataFrame, summary: DataFrame, diffs: DataFrame) -> 
         F.coalesce("unexpected_fenced", empty).alias("unexpected_fenced"),
         F.coalesce("unexpected_expired", empty).alias("unexpected_expired"),
         F.coalesce("error_changes", empty).alias("error_changes"),
-        F.when(status == "failed", F.lit(FAILED_SEVERITY))
+        F.when(status == NOT_RUN, F.lit(NOT_RUN_SEVERITY))
+        .when(status == "failed", F.lit(FAILED_SEVERITY))
         .otherwise(F.col("worst.severity"))
         .cast("int")
         .alias("worst_severity"),
-        F.when(F.col("expected_rebalances").isNull(), F.lit("expected run missing"))
+        F.when(status == NOT_RUN, F.lit(NOT_RUN))
+        .when(F.col("expected_rebalances").isNull(), F.lit("expected run missing"))
         .when(status == "failed", F.lit("never stabilized"))
         .otherwise(F.col("worst.aspect"))
         .alias("worst_aspect"),
+        F.when(status == NOT_RUN, not_run_detail).alias("not_run_detail"),
+        F.when(status == NOT_RUN, not_run_detail)
+        .when(F.col("expected_rebalances").isNull(), missing)
+        .when(status == "failed", never)
+        .otherwise(F.col("worst.cause"))
+        .alias("explanation"),
     )
 
 
@@ -425,8 +543,9 @@ def broker_version(observed_run: Column) -> Column:
 
 
 def compatibility_matrix(verdicts: DataFrame, clients: DataFrame) -> DataFrame:
-    """scenario x client x observed run (broker version): pass / differs / failed counts and the
-    worst difference, with the session that shows it."""
+    """scenario x client x observed run (broker version): pass / differs / failed / not run counts
+    and the worst difference, with the session that shows it. `expected_run` is what the scenario's
+    runs were compared with."""
     rows = verdicts.join(clients, "session_id", "left").fillna({"client": "unknown"})
     rank = F.struct(
         F.coalesce("worst_severity", F.lit(0)),
@@ -434,10 +553,12 @@ def compatibility_matrix(verdicts: DataFrame, clients: DataFrame) -> DataFrame:
         F.col("session_id"),
     )
     per_cell = rows.groupBy("scenario", "client", "observed_run").agg(
+        F.min("expected_run").alias("expected_run"),
         F.count("*").alias("sessions"),
         F.count(F.when(F.col("status") == "pass", True)).alias("passed"),
         F.count(F.when(F.col("status") == "differs", True)).alias("differs"),
         F.count(F.when(F.col("status") == "failed", True)).alias("failed"),
+        F.count(F.when(F.col("status") == NOT_RUN, True)).alias("not_run"),
         F.sum("diffs").alias("diffs"),
         F.sum("noise_diffs").alias("noise_diffs"),
         F.max("worst_severity").alias("worst_severity"),
@@ -451,12 +572,14 @@ def compatibility_matrix(verdicts: DataFrame, clients: DataFrame) -> DataFrame:
     return per_cell.select(
         "scenario",
         "client",
+        "expected_run",
         "observed_run",
         broker_version(F.col("observed_run")).alias("broker_version"),
         "sessions",
         "passed",
         "differs",
         "failed",
+        "not_run",
         F.col("diffs").cast("long").alias("diffs"),
         F.col("noise_diffs").cast("long").alias("noise_diffs"),
         F.col("worst_severity").cast("int").alias("worst_severity"),

@@ -10,9 +10,11 @@ import re
 from html import escape
 from typing import Any
 
-from validator.jobs import ReportData, session_anchor
+from kio.schema.errors import ErrorCode
 
-PASS, DIFFERS, FAILED, NOISE = "#2f9e5a", "#e8a33a", "#c8413b", "#8a8fa3"
+from validator.jobs import ReportData, SectionKey, session_anchor
+
+PASS, DIFFERS, FAILED, NOISE, NOT_RUN = "#2f9e5a", "#e8a33a", "#c8413b", "#8a8fa3", "#7d4fb0"
 EXPECTED = "#2f5fa8"
 FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
 
@@ -29,6 +31,14 @@ th{background:#f0f2f6} td.num{text-align:right}
 .card{border:1px solid #d6dae3;border-radius:6px;padding:8px 14px}
 .card b{display:block;font-size:22px} section.session{border-top:1px dashed #d6dae3;margin-top:18px}
 code{background:#f3f4f7;padding:0 3px} td.key{white-space:nowrap}
+.notrun{color:#6a3d9a;font-weight:bold}
+table.matrix th.run{max-width:130px;overflow-wrap:anywhere} table.matrix th.label{max-width:260px;
+overflow-wrap:anywhere;font-weight:normal;text-align:left}
+table.matrix td.cell{text-align:center;min-width:90px} table.matrix td.cell a{color:inherit}
+td.cell.pass,.chip.pass{background:#2f9e5a;color:#fff} td.cell.differs,.chip.differs{background:#e8a33a}
+td.cell.failed,.chip.failed{background:#c8413b;color:#fff}
+td.cell.notrun,.chip.notrun{background:#7d4fb0;color:#fff}
+td.cell.empty{background:#eef0f4;color:#99a} .chip{padding:0 6px;border-radius:3px}
 """
 
 
@@ -46,107 +56,91 @@ def run_sort_key(run: str) -> tuple[int, list[Any], str]:
     )
 
 
-def _cell_colour(cell: dict[str, Any]) -> str:
+def _cell_status(cell: dict[str, Any]) -> str:
     if cell["failed"]:
-        return FAILED
+        return "failed"
+    if cell.get("not_run"):
+        return "notrun"
     if cell["differs"]:
-        return DIFFERS
-    return PASS
+        return "differs"
+    return "pass"
 
 
-def _cell_opacity(cell: dict[str, Any]) -> float:
-    bad = (cell["differs"] + cell["failed"]) / max(1, cell["sessions"])
-    return 1.0 if not bad else 0.45 + 0.55 * bad
+def compared_label(expected_run: str, observed_run: str) -> str:
+    """What a comparison compared, as the report and the terminal say it."""
+    return f"{observed_run} vs {expected_run}"
 
 
-def matrix_svg(matrix: list[dict[str, Any]]) -> str:
-    """Heatmap: rows scenario/client, columns observed runs; colour = worst status, depth = share."""
+def matrix_html(matrix: list[dict[str, Any]]) -> str:
+    """Heatmap as an HTML table: rows scenario/client, columns observed runs (their names carry the
+    broker version). Labels are table cells, so long names wrap instead of overlapping."""
     if not matrix:
         return "<p class='muted'>no comparisons</p>"
     columns = sorted({c["observed_run"] for c in matrix}, key=run_sort_key)
     rows = sorted({(c["scenario"], c["client"]) for c in matrix})
     by_key = {(c["scenario"], c["client"], c["observed_run"]): c for c in matrix}
-    label_w, cell_w, cell_h, head_h = 380, 132, 44, 40
-    width = label_w + cell_w * len(columns) + 10
-    height = head_h + cell_h * len(rows) + 56
-    out = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' {FONT} font-size='12'>"
-    ]
-    for x, run in enumerate(columns):
-        cx = label_w + x * cell_w + cell_w / 2
+    expected_of = {c["scenario"]: c.get("expected_run") or "" for c in matrix}
+    out = ["<table class='matrix'><tr><th>scenario (compared with)</th><th>client</th>"]
+    out += [f"<th class='run'>{escape(run)}</th>" for run in columns]
+    out.append("</tr>")
+    for scenario, client in rows:
         out.append(
-            f"<text x='{cx}' y='{head_h - 12}' text-anchor='middle' font-weight='bold'>{escape(run)}</text>"
+            f"<tr><th class='label'>{escape(scenario)}<br><span class='muted'>vs "
+            f"{escape(expected_of[scenario])}</span></th><th class='label'>{escape(client)}</th>"
         )
-    previous_scenario = None
-    for y, (scenario, client) in enumerate(rows):
-        top = head_h + y * cell_h
-        if scenario != previous_scenario:
-            out.append(f"<line x1='0' x2='{width}' y1='{top}' y2='{top}' stroke='#9aa1b2'/>")
-            out.append(f"<text x='4' y='{top + 27}' font-weight='bold'>{escape(scenario)}</text>")
-            previous_scenario = scenario
-        out.append(f"<text x='{label_w - 8}' y='{top + 27}' text-anchor='end'>{escape(client)}</text>")
-        for x, run in enumerate(columns):
-            left = label_w + x * cell_w
+        for run in columns:
             cell = by_key.get((scenario, client, run))
             if cell is None:
-                out.append(
-                    f"<rect x='{left + 2}' y='{top + 2}' width='{cell_w - 4}' height='{cell_h - 4}' "
-                    "fill='#eef0f4'/>"
-                )
+                out.append("<td class='cell empty'>—</td>")
                 continue
-            text = f"{cell['passed']} / {cell['differs']} / {cell['failed']}"
-            ink = "#2a1a00" if _cell_colour(cell) == DIFFERS else "#fff"
+            status = _cell_status(cell)
+            counts = f"{cell['passed']} / {cell['differs']} / {cell['failed']} / {cell.get('not_run') or 0}"
             tip = (
-                f"{scenario} | {client} | {run}: {cell['sessions']} sessions, pass {cell['passed']}, "
-                f"differs {cell['differs']}, failed {cell['failed']}, noise diffs {cell['noise_diffs']}"
-                + (
-                    f", worst: {cell['worst_aspect']} in {cell['worst_session']}"
-                    if cell["worst_aspect"]
-                    else ""
-                )
+                f"{scenario} | {client} | {compared_label(expected_of[scenario], run)}: "
+                f"{cell['sessions']} sessions, pass {cell['passed']}, differs {cell['differs']}, "
+                f"failed {cell['failed']}, not run {cell.get('not_run') or 0}, "
+                f"noise diffs {cell['noise_diffs']}"
             )
-            rect = (
-                f"<rect x='{left + 2}' y='{top + 2}' width='{cell_w - 4}' height='{cell_h - 4}' rx='3' "
-                f"fill='{_cell_colour(cell)}' fill-opacity='{_cell_opacity(cell):.2f}'>"
-                f"<title>{escape(tip)}</title></rect>"
-                f"<text x='{left + cell_w / 2}' y='{top + 19}' text-anchor='middle' fill='{ink}' "
-                f"font-weight='bold'>{text}</text>"
-            )
+            body = f"<b>{counts}</b>"
             if cell["worst_aspect"]:
-                rect += (
-                    f"<text x='{left + cell_w / 2}' y='{top + 34}' text-anchor='middle' fill='{ink}' "
-                    f"font-size='10'>{escape(cell['worst_aspect'])}</text>"
-                )
+                body += f"<br><small>{escape(cell['worst_aspect'])}</small>"
             if cell["worst_session"]:
-                rect = f"<a href='#{session_anchor(cell['worst_session'], cell['worst_group'])}'>{rect}</a>"
-            out.append(rect)
-    legend_y = head_h + cell_h * len(rows) + 22
-    out.append(f"<text x='4' y='{legend_y + 12}'>cell: pass / differs / failed sessions</text>")
-    for i, (name, colour) in enumerate(
-        (("all pass", PASS), ("some differ", DIFFERS), ("some failed", FAILED))
-    ):
-        lx = label_w + i * 130
-        out.append(f"<rect x='{lx}' y='{legend_y}' width='16' height='16' rx='3' fill='{colour}'/>")
-        out.append(f"<text x='{lx + 22}' y='{legend_y + 12}'>{name}</text>")
-    out.append("</svg>")
+                anchor = session_anchor(cell["worst_session"], scenario, cell["worst_group"])
+                body = f"<a href='#{anchor}'>{body}</a>"
+            out.append(f"<td class='cell {status}' title='{escape(tip)}'>{body}</td>")
+        out.append("</tr>")
+    out.append("</table>")
+    out.append(
+        "<p class='muted'>cell: sessions pass / differ / failed / not run; "
+        "<span class='chip pass'>all pass</span> <span class='chip differs'>some differ</span> "
+        "<span class='chip notrun'>some not run</span> <span class='chip failed'>some failed</span>; "
+        "click a cell for its worst session.</p>"
+    )
     return "".join(out)
 
 
 def timeline_svg(
-    rebalances: list[dict[str, Any]], expected_run: str, verdicts: dict[str, dict[str, Any]]
+    rebalances: list[dict[str, Any]],
+    expected_run: str,
+    verdicts: dict[str, dict[str, Any]],
+    not_run: dict[str, str] | None = None,
 ) -> str:
     """One lane per run: a dot per completed generation at its time, labelled with its ordinal.
 
-    Observed runs that differ show their dots from the first divergent generation on in red.
+    Observed runs that differ show their dots from the first divergent generation on in red; a run
+    that could not be carried out gets a lane saying so, with the reason.
     """
+    not_run = not_run or {}
     runs = sorted(
-        {r["run"] for r in rebalances},
+        {r["run"] for r in rebalances} | set(not_run),
         key=lambda run: (run.split("~")[0] != expected_run, run_sort_key(run)),
     )
     if not runs:
         return "<p class='muted'>no completed generations in any run</p>"
-    max_ts = max((r["ts_ms"] or 0) for r in rebalances) or 1
-    label_w, plot_w, lane_h, top = 150, 760, 30, 26
+    max_ts = max((r["ts_ms"] or 0) for r in rebalances) if rebalances else 1
+    max_ts = max_ts or 1
+    label_w = max(110, 16 + 7 * max(len(run) for run in runs))
+    plot_w, lane_h, top = 760, 30, 26
     width, height = label_w + plot_w + 110, top + lane_h * len(runs) + 30
     out = [
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' {FONT} font-size='12'>"
@@ -164,15 +158,23 @@ def timeline_svg(
         verdict = verdicts.get(run)
         if run == expected_run:
             colour = EXPECTED
+        elif run in not_run:
+            colour = NOT_RUN
         elif verdict is None:
-            colour = NOISE  # a repeat, used only to measure noise
+            colour = NOISE  # a repeat used only to measure noise, or not compared in this scenario
         else:
             colour = PASS if verdict["status"] == "pass" else DIFFERS
         out.append(
-            f"<text x='{label_w - 10}' y='{y + 4}' text-anchor='end' fill='{colour}' "
+            f"<text class='lane' x='{label_w - 10}' y='{y + 4}' text-anchor='end' fill='{colour}' "
             f"font-weight='bold'>{escape(run)}</text>"
         )
         out.append(f"<line x1='{label_w}' x2='{label_w + plot_w}' y1='{y}' y2='{y}' stroke='#c9ced9'/>")
+        if run in not_run:
+            out.append(
+                f"<text x='{label_w + 8}' y='{y - 4}' fill='{NOT_RUN}' font-style='italic'>"
+                f"not run: {escape(_clip(not_run[run], 110))}</text>"
+            )
+            continue
         first_bad = verdict["first_divergent_ordinal"] if verdict and verdict["status"] != "pass" else None
         for point in points:
             x = label_w + plot_w * (point["ts_ms"] or 0) / max_ts
@@ -196,32 +198,51 @@ def timeline_svg(
     return "".join(out)
 
 
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _status(status: str) -> str:
-    return f"<span class='{escape(status)}'>{escape(status)}</span>"
+    css = "notrun" if status == "not run" else status
+    return f"<span class='{escape(css)}'>{escape(status)}</span>"
 
 
 def _list(values: list[str] | None) -> str:
     return escape(", ".join(values or []))
 
 
-def render_html(data: ReportData) -> str:
-    """The whole report as one HTML string."""
+def error_label(code: int) -> str:
+    """`82` -> `fenced_instance_id(82)` (names from kio's ErrorCode, the one source)."""
+    try:
+        return f"{ErrorCode(code).name}({code})"
+    except ValueError:
+        return f"unknown({code})"
+
+
+def members_named(verdict: dict[str, Any]) -> list[str]:
+    """Every member_key a comparison's differences name."""
+    names: set[str] = set()
+    for column in ("members_changed", "unexpected_fenced", "unexpected_expired"):
+        names.update(verdict.get(column) or [])
+    names.update(change.split(":", 1)[0] for change in verdict.get("error_changes") or [])
+    return sorted(names)
+
+
+def _cards(data: ReportData) -> list[str]:
     bad_class = "failed" if data.rows_bad else "pass"
-    verdict = "pass" if not data.failing else ("failed" if data.status_counts.get("failed") else "differs")
+    verdict = "pass"
+    for status in ("differs", "not run", "failed"):
+        if data.status_counts.get(status):
+            verdict = status
     parts = [
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        "<title>group-replay compatibility report</title>",
-        f"<style>{CSS}</style></head><body>",
-        "<h1>group-replay compatibility report</h1>",
-        f"<p class='muted'>expected run <code>{escape(data.expected_run)}</code>; inputs "
-        f"{escape(', '.join(data.inputs))}; runs {escape(', '.join(data.runs))}</p>",
         "<div class='cards'>",
         f"<div class='card'>verdict<b>{_status(verdict)}</b></div>",
         f"<div class='card'>comparisons<b>{data.comparisons}</b></div>",
     ]
-    for status in ("pass", "differs", "failed"):
+    for status in ("pass", "differs", "failed", "not run"):
+        css = "notrun" if status == "not run" else status
         parts.append(
-            f"<div class='card'>{status}<b class='{status}'>{data.status_counts.get(status, 0)}</b></div>"
+            f"<div class='card'>{status}<b class='{css}'>{data.status_counts.get(status, 0)}</b></div>"
         )
     parts += [
         f"<div class='card'>differences<b>{data.diffs_total:,}</b></div>",
@@ -230,92 +251,167 @@ def render_html(data: ReportData) -> str:
         f"<div class='card'>bad rows<b class='{bad_class}'>{data.rows_bad:,}</b></div>",
         "</div>",
     ]
-    if data.rows_bad:
-        parts.append("<h2>Bad input rows</h2><p>Counted and left out of the comparison.</p><table>")
-        parts.append("<tr><th>reason</th><th>rows</th></tr>")
-        for reason, count in sorted(data.bad_by_reason.items(), key=lambda kv: -kv[1]):
-            parts.append(f"<tr><td>{escape(reason)}</td><td class='num'>{count:,}</td></tr>")
-        parts.append("</table><h3>Samples</h3><table><tr><th>file</th><th>reason</th><th>row</th></tr>")
-        for sample in data.bad_samples:
-            row = (
-                sample.get("_corrupt_record")
-                or f"session {sample['session_id']} run {sample['run']} "
-                f"seq {sample['seq']} event {sample['event']}"
-            )
-            parts.append(
-                f"<tr><td>{escape(str(sample['source_file']))}</td><td>{escape(sample['bad_reason'])}</td>"
-                f"<td><code>{escape(str(row)[:200])}</code></td></tr>"
-            )
-        parts.append("</table>")
+    return parts
 
-    parts.append("<h2>Compatibility matrix</h2>")
-    parts.append(
-        "<p class='muted'>scenario, client and observed run (broker version). Each cell counts sessions "
-        "(one group each) that pass, differ or failed against the expected run; click a cell for its worst "
-        "session.</p>"
-    )
-    parts.append(matrix_svg(data.matrix))
 
+def _bad_rows(data: ReportData) -> list[str]:
+    if not data.rows_bad:
+        return []
+    parts = ["<h2>Bad input rows</h2><p>Counted and left out of the comparison.</p><table>"]
+    parts.append("<tr><th>reason</th><th>rows</th></tr>")
+    for reason, count in sorted(data.bad_by_reason.items(), key=lambda kv: -kv[1]):
+        parts.append(f"<tr><td>{escape(reason)}</td><td class='num'>{count:,}</td></tr>")
+    parts.append("</table><h3>Samples</h3><table><tr><th>file</th><th>reason</th><th>row</th></tr>")
+    for sample in data.bad_samples:
+        row = (
+            sample.get("_corrupt_record")
+            or f"session {sample['session_id']} run {sample['run']} seq {sample['seq']} "
+            f"event {sample['event']}"
+        )
+        parts.append(
+            f"<tr><td>{escape(str(sample['source_file']))}</td><td>{escape(sample['bad_reason'])}</td>"
+            f"<td><code>{escape(str(row)[:200])}</code></td></tr>"
+        )
+    parts.append("</table>")
+    return parts
+
+
+def comparisons_made(matrix: list[dict[str, Any]]) -> list[tuple[str, str, str, int]]:
+    """(scenario, expected run, observed run, sessions): what was compared with what."""
+    made: dict[tuple[str, str, str], int] = {}
+    for cell in matrix:
+        key = (cell["scenario"], cell.get("expected_run") or "", cell["observed_run"])
+        made[key] = made.get(key, 0) + int(cell["sessions"])
+    return sorted(((s, e, o, n) for (s, e, o), n in made.items()), key=lambda r: (r[0], run_sort_key(r[2])))
+
+
+def _compared_table(data: ReportData) -> list[str]:
+    parts = [
+        "<h2>What was compared</h2><p class='muted'>Per scenario, every run is compared with the "
+        "reference replaying that same scenario; <code>recorded</code> (the capture as it ran) only "
+        "with as-recorded runs. Repeats (<code>X~2</code>) only measure noise.</p>",
+        "<table><tr><th>scenario</th><th>observed run</th><th>compared with</th><th>sessions</th></tr>",
+    ]
+    for scenario, expected, observed, sessions in comparisons_made(data.matrix):
+        parts.append(
+            f"<tr><td>{escape(scenario)}</td><td>{escape(observed)}</td><td>{escape(expected)}</td>"
+            f"<td class='num'>{sessions:,}</td></tr>"
+        )
+    parts.append("</table>")
+    return parts
+
+
+def _worst_table(data: ReportData) -> list[str]:
     failing = [w for w in data.worst if w["status"] != "pass"]
-    parts.append("<h2>Worst differences</h2>")
+    parts = ["<h2>Worst differences</h2>"]
     if not failing:
-        parts.append("<p class='pass'>No differences beyond noise.</p>")
-    else:
+        return [*parts, "<p class='pass'>No differences beyond noise.</p>"]
+    parts.append(
+        "<table><tr><th>session / group</th><th>scenario</th><th>compared</th><th>status</th>"
+        "<th>diffs</th><th>first divergent generation</th><th>Δ rebalances</th><th>member_key</th>"
+        "<th>why</th></tr>"
+    )
+    for w in failing:
+        anchor = session_anchor(w["session_id"], w["scenario"], w["group_id"])
+        delta = w["rebalance_count_delta"]
+        first = w["first_divergent_ordinal"]
         parts.append(
-            "<table><tr><th>session / group</th><th>scenario</th><th>observed</th><th>status</th>"
-            "<th>diffs</th><th>first divergent generation</th><th>Δ rebalances</th><th>worst</th>"
-            "<th>assignment changed</th>"
-            "<th>unexpected fenced</th><th>unexpected expired</th><th>error codes</th></tr>"
+            f"<tr><td class='key'><a href='#{anchor}'>"
+            f"{escape(w['session_id'])} / {escape(w['group_id'])}</a></td>"
+            f"<td>{escape(w['scenario'])}</td>"
+            f"<td class='key'>{escape(compared_label(w['expected_run'], w['observed_run']))}</td>"
+            f"<td>{_status(w['status'])}</td><td class='num'>{w['diffs']}</td>"
+            f"<td class='num'>{'' if first is None else f'#{first}'}</td>"
+            f"<td class='num'>{'' if delta is None else f'{delta:+d}'}</td>"
+            f"<td>{_list(members_named(w))}</td>"
+            f"<td>{escape(w.get('explanation') or w['worst_aspect'] or '')}</td></tr>"
         )
-        for w in failing:
-            anchor = session_anchor(w["session_id"], w["group_id"])
-            delta = w["rebalance_count_delta"]
-            first = w["first_divergent_ordinal"]
+    parts.append("</table>")
+    return parts
+
+
+def _section(data: ReportData, key: SectionKey, verdict_rows: list[dict[str, Any]]) -> list[str]:
+    session_id, scenario, group_id = key
+    verdicts = {v["observed_run"]: v for v in verdict_rows}
+    summaries = data.run_summaries.get(key, [])
+    not_run = {r["run"]: r["not_run_detail"] for r in summaries if r.get("not_run_detail")}
+    expected = verdict_rows[0]["expected_run"]
+    parts = [
+        f"<section class='session' id='{session_anchor(session_id, scenario, group_id)}'>",
+        f"<h3>{escape(session_id)} / {escape(group_id)} <span class='muted'>scenario "
+        f"{escape(scenario)}</span></h3>",
+        "<table><tr><th>compared</th><th>status</th><th>diffs</th><th>why</th></tr>",
+    ]
+    for v in verdict_rows:
+        parts.append(
+            f"<tr id='{session_anchor(session_id, scenario, group_id, v['observed_run'])}'>"
+            f"<td class='key'>{escape(compared_label(v['expected_run'], v['observed_run']))}</td>"
+            f"<td>{_status(v['status'])}</td><td class='num'>{v['diffs']}</td>"
+            f"<td>{escape(v.get('explanation') or '')}</td></tr>"
+        )
+    parts.append("</table>")
+    if summaries:
+        parts.append(
+            "<table><tr><th>run</th><th>rebalances</th><th>members</th><th>fenced (member_key)</th>"
+            "<th>expired (member_key)</th><th>left (member_key)</th><th>errors</th><th>ran?</th></tr>"
+        )
+        for r in summaries:
+            ran = f"not run: {escape(r['not_run_detail'])}" if r.get("not_run_detail") else "yes"
             parts.append(
-                f"<tr><td class='key'><a href='#{anchor}'>"
-                f"{escape(w['session_id'])} / {escape(w['group_id'])}</a></td>"
-                f"<td>{escape(w['scenario'])}</td><td>{escape(w['observed_run'])}</td><td>{_status(w['status'])}</td>"
-                f"<td class='num'>{w['diffs']}</td>"
-                f"<td class='num'>{'' if first is None else f'#{first}'}</td>"
-                f"<td class='num'>{'' if delta is None else f'{delta:+d}'}</td>"
-                f"<td>{escape(w['worst_aspect'] or '')}</td>"
-                f"<td>{_list(w['members_changed'])}</td><td>{_list(w['unexpected_fenced'])}</td>"
-                f"<td>{_list(w['unexpected_expired'])}</td><td>{_list(w['error_changes'])}</td></tr>"
+                f"<tr><td class='key'>{escape(r['run'])}</td><td class='num'>{r['rebalance_count']}</td>"
+                f"<td class='num'>{r['members']}</td><td>{_list(r['fenced'])}</td>"
+                f"<td>{_list(r['expired'])}</td><td>{_list(r['left'])}</td>"
+                f"<td>{escape(', '.join(error_label(c) for c in r['error_codes'] or []))}</td>"
+                f"<td class='{'notrun' if r.get('not_run_detail') else ''}'>{ran}</td></tr>"
             )
         parts.append("</table>")
-
-    parts.append("<h2>Sessions</h2>")
-    parts.append(
-        "<p class='muted'>Rebalance timelines: one lane per run, a dot per completed generation "
-        "(labelled with its ordinal) at its time since the session started. Blue: expected run; grey: "
-        "repeats used to measure noise; red: from the first divergent generation on.</p>"
-    )
-    for anchor, session_verdicts in data.session_verdicts.items():
-        w = session_verdicts[0]
-        verdicts = {v["observed_run"]: v for v in session_verdicts}
-        parts.append(f"<section class='session' id='{anchor}'>")
+    parts.append(timeline_svg(data.timelines.get(key, []), expected, verdicts, not_run))
+    diffs = data.session_diffs.get(key, [])
+    if diffs:
         parts.append(
-            f"<h3>{escape(w['session_id'])} / {escape(w['group_id'])} "
-            f"<span class='muted'>({escape(w['scenario'])})</span></h3>"
+            "<table><tr><th>compared</th><th>aspect</th><th>member_key</th><th>generation</th>"
+            "<th>expected</th><th>observed</th><th>change</th><th>cause</th><th>next step</th></tr>"
         )
-        parts.append(timeline_svg(data.timelines.get(anchor, []), data.expected_run, verdicts))
-        diffs = data.session_diffs.get(anchor, [])
-        if diffs:
+        for d in diffs:
             parts.append(
-                "<table><tr><th>observed</th><th>aspect</th><th>member</th><th>generation</th>"
-                "<th>expected</th><th>observed value</th><th>change</th><th>noise?</th></tr>"
+                f"<tr class='{'noise' if d['is_noise'] else ''}'>"
+                f"<td class='key'>{escape(compared_label(d['expected_run'], d['observed_run']))}</td>"
+                f"<td>{escape(d['aspect'])}</td><td>{escape(d['subject'] or '')}</td>"
+                f"<td class='num'>{'' if not d['ordinal'] else '#' + str(d['ordinal'])}</td>"
+                f"<td>{escape(d['expected_value'] or '—')}</td>"
+                f"<td>{escape(d['observed_value'] or '—')}</td>"
+                f"<td>{escape(d['change'])}</td><td>{escape(d.get('cause') or '')}</td>"
+                f"<td>{escape(d.get('next_step') or '')}</td></tr>"
             )
-            for d in diffs:
-                parts.append(
-                    f"<tr id='{session_anchor(d['session_id'], d['group_id'], d['observed_run'])}' "
-                    f"class='{'noise' if d['is_noise'] else ''}'><td>{escape(d['observed_run'])}</td>"
-                    f"<td>{escape(d['aspect'])}</td><td>{escape(d['subject'] or '')}</td>"
-                    f"<td class='num'>{'' if not d['ordinal'] else '#' + str(d['ordinal'])}</td>"
-                    f"<td>{escape(d['expected_value'] or '—')}</td>"
-                    f"<td>{escape(d['observed_value'] or '—')}</td>"
-                    f"<td>{escape(d['change'])}</td><td>{'noise' if d['is_noise'] else ''}</td></tr>"
-                )
-            parts.append("</table>")
-        parts.append("</section>")
+        parts.append("</table>")
+    parts.append("</section>")
+    return parts
+
+
+def render_html(data: ReportData) -> str:
+    """The whole report as one HTML string."""
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<title>group-replay compatibility report</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>group-replay compatibility report</h1>",
+        f"<p class='muted'>expected run <code>{escape(data.expected_run)}</code> (per scenario: see "
+        f"below); inputs {escape(', '.join(data.inputs))}; runs {escape(', '.join(data.runs))}</p>",
+        *_cards(data),
+        *_bad_rows(data),
+        *_compared_table(data),
+        "<h2>Compatibility matrix</h2>",
+        "<p class='muted'>scenario, client and observed run (its name carries the broker version). Each "
+        "cell counts sessions (one group each) that pass, differ, failed or could not be run.</p>",
+        matrix_html(data.matrix),
+        *_worst_table(data),
+        "<h2>Sessions</h2>",
+        "<p class='muted'>One section per session, scenario and group. Rebalance timelines: one lane "
+        "per run, a dot per completed generation (labelled with its ordinal) at its time since the "
+        "session started. Blue: expected run; grey: repeats or runs not compared in this scenario; "
+        "red: from the first divergent generation on.</p>",
+    ]
+    for key, verdict_rows in data.session_verdicts.items():
+        parts += _section(data, key, verdict_rows)
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -11,9 +11,9 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from validator.jobs import ReportData
-from validator.report.html import run_sort_key
+from validator.report.html import compared_label, comparisons_made, members_named, run_sort_key
 
-STATUS_STYLE = {"pass": "green", "differs": "yellow", "failed": "bold red"}
+STATUS_STYLE = {"pass": "green", "differs": "yellow", "failed": "bold red", "not run": "magenta"}
 
 
 class StageProgress:
@@ -55,15 +55,13 @@ class StageProgress:
 
 
 def print_summary(console: Console, data: ReportData) -> None:
-    """Inputs, bad rows, the compatibility matrix and the worst comparisons."""
+    """Inputs, bad rows, what was compared with what, the matrix and the worst comparisons."""
     head = Table(title="group-replay validate", show_header=False, title_justify="left")
-    head.add_row("expected run", data.expected_run)
+    head.add_row("expected run", f"{data.expected_run} (per scenario, see below)")
     head.add_row("runs", ", ".join(data.runs))
     head.add_row("event rows", f"{data.rows_total:,}")
     head.add_row("bad rows", f"[red]{data.rows_bad:,}[/red]" if data.rows_bad else "0")
-    statuses = ", ".join(
-        f"[{STATUS_STYLE[s]}]{s} {data.status_counts.get(s, 0)}[/]" for s in ("pass", "differs", "failed")
-    )
+    statuses = ", ".join(f"[{STATUS_STYLE[s]}]{s} {data.status_counts.get(s, 0)}[/]" for s in STATUS_STYLE)
     head.add_row("comparisons", f"{data.comparisons} ({statuses})")
     head.add_row("differences", f"{data.diffs_total:,} (+{data.noise_total:,} labelled noise)")
     if data.tables_written:
@@ -78,47 +76,62 @@ def print_summary(console: Console, data: ReportData) -> None:
             bad.add_row(reason, f"{count:,}")
         console.print(bad)
 
+    compared = Table(title="what was compared", title_justify="left")
+    for column in ("scenario", "observed run", "compared with", "sessions"):
+        compared.add_column(column)
+    for scenario, expected, observed, sessions in comparisons_made(data.matrix):
+        compared.add_row(scenario, observed, expected, f"{sessions:,}")
+    console.print(compared)
     console.print(matrix_table(data))
 
     failing = [w for w in data.worst if w["status"] != "pass"]
     if failing:
         worst = Table(title=f"worst comparisons (top {len(failing)})", title_justify="left")
-        worst.add_column("session/group", no_wrap=True)
-        for column in ("observed", "status", "diffs", "first gen", "Δ rebal", "worst"):
-            worst.add_column(column)
+        worst.add_column("session/group", overflow="fold")
+        for column in ("scenario", "compared", "status", "diffs", "Δ rebal", "member_key", "why"):
+            worst.add_column(column, overflow="fold")
         for w in failing:
             delta = w["rebalance_count_delta"]
             worst.add_row(
                 f"{w['session_id']}/{w['group_id']}",
-                w["observed_run"],
+                w["scenario"],
+                compared_label(w["expected_run"], w["observed_run"]),
                 f"[{STATUS_STYLE[w['status']]}]{w['status']}[/]",
                 str(w["diffs"]),
-                "" if w["first_divergent_ordinal"] is None else f"#{w['first_divergent_ordinal']}",
                 "" if delta is None else f"{delta:+d}",
-                w["worst_aspect"] or "",
+                ", ".join(members_named(w)),
+                w.get("explanation") or w["worst_aspect"] or "",
             )
         console.print(worst)
 
 
 def matrix_table(data: ReportData) -> Table:
-    """scenario x client rows, one column per observed run, cells `pass/differs/failed`."""
+    """scenario x client rows, one column per observed run, cells `pass/differs/failed/not run`."""
     runs = sorted({c["observed_run"] for c in data.matrix}, key=run_sort_key)
     cells = {(c["scenario"], c["client"], c["observed_run"]): c for c in data.matrix}
+    expected_of = {c["scenario"]: c.get("expected_run") or "" for c in data.matrix}
     table = Table(
-        title="compatibility matrix (sessions pass/differs/failed)", title_justify="left", show_lines=False
+        title="compatibility matrix (sessions pass/differs/failed/not run)",
+        title_justify="left",
+        show_lines=False,
     )
-    table.add_column("scenario")
-    table.add_column("client")
+    table.add_column("scenario (vs)", overflow="fold")
+    table.add_column("client", overflow="fold")
     for run in runs:
-        table.add_column(run, justify="center", no_wrap=True)
+        table.add_column(run, justify="center", overflow="fold")
     for scenario, client in sorted({(c["scenario"], c["client"]) for c in data.matrix}):
-        row = [scenario, client]
+        row = [f"{scenario} (vs {expected_of[scenario]})", client]
         for run in runs:
             cell = cells.get((scenario, client, run))
             if cell is None:
                 row.append("")
                 continue
-            style = "bold red" if cell["failed"] else ("yellow" if cell["differs"] else "green")
-            row.append(f"[{style}]{cell['passed']}/{cell['differs']}/{cell['failed']}[/]")
+            not_run = cell.get("not_run") or 0
+            style = (
+                "bold red"
+                if cell["failed"]
+                else ("magenta" if not_run else ("yellow" if cell["differs"] else "green"))
+            )
+            row.append(f"[{style}]{cell['passed']}/{cell['differs']}/{cell['failed']}/{not_run}[/]")
         table.add_row(*row)
     return table

@@ -1,0 +1,212 @@
+"""Why a difference happened and what to try next, as Spark column expressions (no UDFs).
+
+Each diff row gets a short `cause` and, where one is known, a `next_step`, from the row itself and
+from the run summaries of the two runs it compares (`explain_diffs`). The rules follow what
+static membership and the leader's skip-assignment change in Kafka's classic group protocol:
+
+- KIP-345 (static membership): a second live member with the same `group.instance.id` fences the
+  first (FENCED_INSTANCE_ID, Kafka `ClassicGroup`/`GroupMetadataManager.classicGroupJoinToStaticMember`);
+  a dynamic member (no instance id) that leaves makes the group rebalance, a static one does not.
+- KIP-814: a static leader rejoining with JoinGroup v9+ is told `skip_assignment` and keeps the
+  current assignment; below v9 it assigns again.
+
+Error codes are shown by name from kio's `ErrorCode` (the project's one source for them).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from validator.schemas import GROUP_KEY
+
+SKIP_ASSIGNMENT_API_VERSION = 9
+"""JoinGroup v9 carries `SkipAssignment` (KIP-814)."""
+
+
+def error_names(codes: Column) -> Column:
+    """An `array<int>` of error codes -> `name(code),...` (e.g. `fenced_instance_id(82)`)."""
+    names = F.create_map(*[x for e in ErrorCode for x in (F.lit(int(e.value)), F.lit(e.name))])
+    return F.array_join(
+        F.transform(
+            codes,
+            lambda c: F.concat(
+                F.coalesce(names[c], F.lit("unknown")), F.lit("("), c.cast("string"), F.lit(")")
+            ),
+        ),
+        ",",
+    )
+
+
+def _context(summary: DataFrame, side: str) -> DataFrame:
+    """The summary columns the rules read, prefixed `e_` (expected run) or `o_` (observed run)."""
+    return summary.select(
+        *GROUP_KEY,
+        F.col("run").alias(f"{side}_run"),
+        F.col("left_without_instance_id").alias(f"{side}_left_dynamic"),
+        F.col("join_api_versions").alias(f"{side}_join_versions"),
+        F.col("skip_assignment_seen").alias(f"{side}_skip"),
+    )
+
+
+def _text(*parts: Column | str) -> Column:
+    return F.concat(*[F.lit(p) if isinstance(p, str) else p for p in parts])
+
+
+def cause_and_next_step(
+    *,
+    noise: Column,
+    aspect: Column,
+    change: Column,
+    subject: Column,
+    ordinal: Column,
+    expected_value: Column,
+    observed_value: Column,
+    observed_left_dynamic: Column,
+    observed_join_versions: Column,
+    expected_skip: Column,
+    observed_skip: Column,
+) -> tuple[Column, Column]:
+    """(cause, next_step) for one difference; `next_step` is null where none is known."""
+    extra = observed_value.cast("int") - expected_value.cast("int")
+    no_skip = F.coalesce(expected_skip, F.lit(False)) & ~F.coalesce(observed_skip, F.lit(False))
+    below_v9 = F.coalesce(F.array_max(observed_join_versions), F.lit(0)) < SKIP_ASSIGNMENT_API_VERSION
+    left_dynamic = F.coalesce(observed_left_dynamic, F.array().cast("array<string>"))
+    generation = _text("generation #", ordinal.cast("string"))
+    rules: list[tuple[Column, Column, Column | None]] = [
+        (
+            noise,
+            F.lit("unstable: a run disagrees with its own repeat on this fact (noise, ignored)"),
+            None,
+        ),
+        (
+            (aspect == "fenced") & (change == "unexpected"),
+            _text("fenced: two live members share group.instance.id ", subject, " (KIP-345)"),
+            F.lit(
+                "give every live member its own group.instance.id; stop the old process before its "
+                "replacement joins"
+            ),
+        ),
+        (
+            aspect == "fenced",
+            _text("not fenced: ", subject, " was fenced in the expected run (KIP-345)"),
+            F.lit(
+                "check that the observed coordinator rejects a duplicate group.instance.id "
+                "(static membership needs JoinGroup v5+, Kafka 2.3+)"
+            ),
+        ),
+        (
+            (aspect == "expired") & (change == "unexpected"),
+            _text("expired: ", subject, " missed its session timeout"),
+            F.lit(
+                "compare session.timeout.ms with the broker's group.min/max.session.timeout.ms and "
+                "the heartbeat interval"
+            ),
+        ),
+        (
+            aspect == "expired",
+            _text("not expired: ", subject, " expired in the expected run"),
+            F.lit("compare the session timeout bounds of the two coordinators"),
+        ),
+        (
+            (aspect == "rebalance_count") & (extra > 0) & (F.size(left_dynamic) > 0),
+            _text(
+                "extra rebalance: member left without group.instance.id (",
+                F.array_join(left_dynamic, ", "),
+                ")",
+            ),
+            F.lit("set group.instance.id (static membership, KIP-345) so a restart does not rebalance"),
+        ),
+        (
+            (aspect == "rebalance_count") & (extra > 0),
+            _text(extra.cast("string"), " extra rebalance(s)"),
+            F.lit(
+                "compare group.initial.rebalance.delay.ms and the session timeouts with the recorded "
+                "broker's; the timeline shows the first divergent generation"
+            ),
+        ),
+        (
+            aspect == "rebalance_count",
+            _text((-extra).cast("string"), " fewer rebalance(s)"),
+            F.lit(
+                "compare group.initial.rebalance.delay.ms with the recorded broker's (joins that "
+                "arrive within the delay share one rebalance)"
+            ),
+        ),
+        (
+            aspect.isin("leader", "assignment") & no_skip & below_v9,
+            F.lit("leader did not skip assignment: JoinGroup below v9 (KIP-814)"),
+            F.lit(
+                "use a client and broker with JoinGroup v9+ (KIP-814), or expect a reassignment when "
+                "the static leader rejoins"
+            ),
+        ),
+        (
+            aspect.isin("leader", "assignment") & no_skip,
+            F.lit("leader did not skip assignment (KIP-814)"),
+            F.lit("check that the observed coordinator sends SkipAssignment to a rejoining static leader"),
+        ),
+        (
+            aspect == "leader",
+            _text("another member led ", generation),
+            F.lit("leadership follows join order: see the timeline"),
+        ),
+        (
+            (aspect == "assignment") & (change == "missing"),
+            _text(subject, " has no assignment after ", generation),
+            F.lit("check whether the member was still in the group at that generation"),
+        ),
+        (
+            (aspect == "assignment") & (change == "unexpected"),
+            _text(subject, " is assigned after ", generation, " but not in the expected run"),
+            F.lit("check which members joined that generation"),
+        ),
+        (
+            aspect == "assignment",
+            _text(subject, " got other partitions after ", generation),
+            F.lit("check the assignor (protocol) and the members of that generation"),
+        ),
+        (
+            aspect == "error",
+            _text(
+                subject,
+                " saw other errors: ",
+                F.coalesce(expected_value, F.lit("none")),
+                " -> ",
+                F.coalesce(observed_value, F.lit("none")),
+            ),
+            F.lit("the coordinators answered differently; the error names say why"),
+        ),
+    ]
+    cause: Column = F.lit(None).cast("string")
+    next_step: Column = F.lit(None).cast("string")
+    for condition, text, step in reversed(rules):
+        cause = F.when(condition, text).otherwise(cause)
+        next_step = F.when(condition, step if step is not None else F.lit(None).cast("string")).otherwise(
+            next_step
+        )
+    return cause, next_step
+
+
+def explain_diffs(diffs: DataFrame, summary: DataFrame) -> DataFrame:
+    """Adds `cause` and `next_step` to each diff row (small joins with the two runs' summaries)."""
+    expected = _context(summary, "e").withColumnRenamed("e_run", "expected_run")
+    observed = _context(summary, "o").withColumnRenamed("o_run", "observed_run")
+    joined = diffs.join(expected, [*GROUP_KEY, "expected_run"], "left").join(
+        observed, [*GROUP_KEY, "observed_run"], "left"
+    )
+    cause, next_step = cause_and_next_step(
+        noise=F.col("is_noise"),
+        aspect=F.col("aspect"),
+        change=F.col("change"),
+        subject=F.col("subject"),
+        ordinal=F.col("ordinal"),
+        expected_value=F.col("expected_value"),
+        observed_value=F.col("observed_value"),
+        observed_left_dynamic=F.col("o_left_dynamic"),
+        observed_join_versions=F.col("o_join_versions"),
+        expected_skip=F.col("e_skip"),
+        observed_skip=F.col("o_skip"),
+    )
+    return joined.select(*diffs.columns, cause.alias("cause"), next_step.alias("next_step"))
