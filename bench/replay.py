@@ -27,8 +27,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from proxy.capture.reader import read_capture
-from replay.engine import build_plan, recorded_events, replay_reference, synthesize_capture
+from replay.plan import build_plan, recorded_events
+from replay.run import replay_reference
 from replay.scenario import load_builtin
+from tests.support.synth import synthesize_capture
 
 GOAL_RATIO = 1_000.0
 

@@ -213,14 +213,9 @@ def replay_main(argv: list[str]) -> int:
         return 2
 
     from proxy.capture.reader import CaptureFormatError, read_capture
-    from replay.engine import (
-        ReplayInputError,
-        build_plan,
-        recorded_events,
-        replay_broker_version,
-        replay_live,
-        replay_reference,
-    )
+    from replay.live import replay_broker_version, replay_live
+    from replay.plan import ReplayInputError, build_plan, recorded_events
+    from replay.run import replay_reference
 
     plans = []
     for path in args.captures:

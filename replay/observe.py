@@ -26,13 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from proxy.wire.apis import ApiKey
 from proxy.wire.codec import CodecError
 from proxy.wire.consumer_protocol import decode_assignment
 from replay.events import EventName, RebalanceEvent
 
-FENCED_INSTANCE_ID = 82
-REBALANCE_IN_PROGRESS = 27
+FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
+REBALANCE_IN_PROGRESS = int(ErrorCode.rebalance_in_progress)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,9 @@ class _GroupView:
     generation_id: int = -1
     seq: int = 0
     member_key_by_id: dict[str, str] = field(default_factory=dict)
+    # group.instance.id -> the member_key of the member that last joined with it (the stable name
+    # of a member a scenario made static, AGREED #3)
+    member_key_by_instance: dict[str, str] = field(default_factory=dict)
     # identity (instance id, else member id) -> is static, from the last leader's member list
     last_members: dict[str, bool] = field(default_factory=dict)
     departed: set[str] = field(default_factory=set)  # identities that left or were fenced since
@@ -135,6 +140,8 @@ class GroupObserver:
         member.protocol_name = response.protocol_name
         member.skip_assignment = bool(response.skip_assignment) if ex.api_version >= 9 else None
         group.member_key_by_id[response.member_id] = ex.member_key
+        if member.group_instance_id:
+            group.member_key_by_instance[member.group_instance_id] = ex.member_key
         if generation > group.generation_id:
             group.generation_id = generation
             out.append(self._event(ex, group, EventName.REBALANCE_STARTED, member))
@@ -152,7 +159,10 @@ class GroupObserver:
             if identity in current or identity in group.departed:
                 continue
             # Resolved now, not when the list arrived: followers' join responses may come later.
-            member_key = identity if is_static else group.member_key_by_id.get(identity, identity)
+            if is_static:
+                member_key = group.member_key_by_instance.get(identity, identity)
+            else:
+                member_key = group.member_key_by_id.get(identity, identity)
             gone = self._member(ex.request.group_id, member_key)
             out.append(
                 self._event(ex, group, EventName.MEMBER_EXPIRED, gone, member_key=member_key, is_leader=False)
@@ -198,7 +208,10 @@ class GroupObserver:
             return self._failure(ex, top_code)
         for entry in response.members:
             instance_id = entry.group_instance_id
-            member_key = instance_id or group.member_key_by_id.get(entry.member_id, ex.member_key)
+            if instance_id:
+                member_key = group.member_key_by_instance.get(instance_id, instance_id)
+            else:
+                member_key = group.member_key_by_id.get(entry.member_id, ex.member_key)
             member = self._member(request.group_id, member_key)
             code = int(entry.error_code)
             if code:

@@ -29,7 +29,9 @@ import pytest
 
 from harness.lines import KAFKA_4X, KAFKA_39
 from replay.coordinator import KafkaBehaviour
-from replay.driver import SCENARIOS, RunResult, UnsupportedByTarget, comparable, run_scenario
+from replay.driver import UnsupportedByTarget, comparable, run_scenario
+from replay.run import RunResult
+from tests.support.differential import SCENARIOS
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ import pytest
 
 from group_replay import main as group_replay
 from proxy.capture.reader import read_capture
-from replay.engine import build_plan, recorded_events, replay_reference, synthesize_capture
 from replay.events import read_jsonl
+from replay.plan import build_plan, recorded_events
+from replay.run import replay_reference
 from replay.scenario import builtin_names, load_builtin, parse_scenario
+from tests.support.synth import synthesize_capture
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +194,6 @@ def test_cli_replays_many_captures_at_once(
 def test_client_software_from_api_versions_reaches_every_run(tmp_path) -> None:
     """KIP-511 names (ApiVersions v3+) label events, so the validator's matrix has a client axis."""
     from proxy.capture.reader import read_capture
-    from replay.engine import build_plan, recorded_events, replay_reference, synthesize_capture
     from replay.scenario import load_builtin
 
     path = tmp_path / "named.pcapng"
@@ -207,3 +208,17 @@ def test_client_software_from_api_versions_reaches_every_run(tmp_path) -> None:
     assert row["client_software"] == "librdkafka/2.6.1"
     del row["client_software"]  # files written before the column existed still read
     assert type(recorded[0]).from_json_dict(row).client_software is None
+
+
+def test_member_key_is_the_recorded_identity_in_every_run_and_scenario(
+    dynamic_capture: Path, static_capture: Path
+) -> None:
+    """AGREED #3: one name per member; a scenario that gives a member a group.instance.id (or
+    takes it away) changes what it sends, not what it is called."""
+    for capture in (dynamic_capture, static_capture):
+        plan = build_plan(read_capture(capture), capture.stem)
+        keys = {script.member_key for script in plan.scripts}
+        assert {e.member_key for e in recorded_events(plan)} == keys
+        for name in builtin_names():
+            events = replay_reference(plan, load_builtin(name)).events
+            assert {e.member_key for e in events} == keys, (capture.stem, name)

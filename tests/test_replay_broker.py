@@ -18,9 +18,12 @@ from group_replay import main as group_replay
 from harness.broker import Broker
 from harness.lines import KAFKA_39
 from proxy.capture.reader import read_capture
-from replay.engine import RunResult, build_plan, replay_live, synthesize_capture
 from replay.events import read_jsonl
+from replay.live import replay_live
+from replay.plan import build_plan
+from replay.run import RunResult
 from replay.scenario import builtin_names, load_builtin
+from tests.support.synth import synthesize_capture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SPEED = 6.0

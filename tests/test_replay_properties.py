@@ -8,8 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.capture.reader import read_capture
-from replay.engine import ReplayPlan, build_plan, replay_reference, synthesize_capture
+from replay.plan import ReplayPlan, build_plan
+from replay.run import replay_reference
 from replay.scenario import parse_scenario
+from tests.support.synth import synthesize_capture
 
 
 @pytest.fixture(scope="module")

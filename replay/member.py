@@ -1,0 +1,509 @@
+"""One consumer-group member as a sans-IO state machine (the classic group protocol).
+
+`ClassicMember` is what one Kafka consumer does towards its group coordinator: JoinGroup ->
+SyncGroup -> Heartbeat every interval, LeaveGroup on a clean shutdown, and the Java consumer's
+reactions to every error, written once here. It opens no socket and reads no clock: the caller
+passes time in and interprets the commands it returns,
+
+    start(now_ms) / stop(now_ms, leave) / on_response(now_ms, sent, response) / on_wake(now_ms, wake)
+    / on_request_timeout(now_ms, sent)  ->  tuple[Send | WakeAt | Disconnect, ...]
+
+so the same member runs in virtual time against the in-process reference coordinator
+(`replay.run`) and in scaled real time over TCP against a broker (`replay.live`).
+
+The spec is Kafka's client: `AbstractCoordinator` (clients/.../consumer/internals) for the
+member states (`MemberState`: UNJOINED, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE) and
+the response handlers (`JoinGroupResponseHandler`, `SyncGroupResponseHandler`,
+`HeartbeatResponseHandler`, `joinGroupIfNeeded`), `ConsumerCoordinator` for the leader's
+assignment (`onLeaderElected` runs the assignor the group selected, `replay.assignors`).
+
+A KIP-848 (consumer protocol, ConsumerGroupHeartbeat) member would be a second class with the
+same five methods and the same commands: the runners only speak `GroupMember`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Any, Final, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from proxy.wire import ApiKey, request_schema
+from proxy.wire.consumer_protocol import decode_subscription_topics
+from proxy.wire.convert import convert
+from replay.assignors import assign
+
+JOIN: Final = int(ApiKey.JOIN_GROUP)
+SYNC: Final = int(ApiKey.SYNC_GROUP)
+HEARTBEAT: Final = int(ApiKey.HEARTBEAT)
+LEAVE: Final = int(ApiKey.LEAVE_GROUP)
+GROUP_APIS: Final = (JOIN, SYNC, HEARTBEAT, LEAVE)
+NEWEST: Final = {JOIN: 9, SYNC: 5, HEARTBEAT: 4, LEAVE: 5}
+
+# JoinGroup version -> the SyncGroup, Heartbeat and LeaveGroup versions a client that sends it
+# pairs with it (what a member that never used an API in the capture sends). The pairs follow
+# the KIPs that bumped them together in one Kafka release (clients/src/main/resources/common/
+# message/*.json): v9 (KIP-814) and v8 (KIP-800 `Reason`, the same 3.2.0 commits that added
+# LeaveGroup v5's `Reason`: #11566 and #11571) -> 5/4/5; v7 (KIP-559 protocol type and name,
+# 2.5) -> SyncGroup v5, Heartbeat v4, LeaveGroup v4; v6 (first flexible, 2.4) -> 4/4/4;
+# v5 (KIP-345, 2.3) -> 3/3/3; v4 (KIP-394, 2.2) and v3 -> 2/2/2; v2 and v1 -> 1/1/1; v0 -> 0/0/0.
+# The differential driver's old table paired JoinGroup v8 with LeaveGroup v4: Kafka's is v5.
+COMPANION_VERSIONS: Final[dict[int, tuple[int, int, int]]] = {
+    0: (0, 0, 0),
+    1: (1, 1, 1),
+    2: (1, 1, 1),
+    3: (2, 2, 2),
+    4: (2, 2, 2),
+    5: (3, 3, 3),
+    6: (4, 4, 4),
+    7: (5, 4, 4),
+    8: (5, 4, 5),
+    9: (5, 4, 5),
+}
+COMPANION_API_KEYS: Final = (SYNC, HEARTBEAT, LEAVE)
+
+
+def companion_versions(join_api_version: int) -> dict[int, int]:
+    """{api_key: api_version} for every group API of a client sending JoinGroup `join_api_version`."""
+    return {
+        JOIN: join_api_version,
+        **dict(zip(COMPANION_API_KEYS, COMPANION_VERSIONS[join_api_version], strict=True)),
+    }
+
+
+DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 3_000  # heartbeat.interval.ms
+RETRY_BACKOFF_MS: Final = 100  # retry.backoff.ms
+REQUEST_TIMEOUT_MS: Final = 30_000  # request.timeout.ms
+
+
+# ---------------------------------------------------------------------------------------------
+# States and their transition table
+
+
+class MemberState(StrEnum):
+    """AbstractCoordinator.MemberState, plus FATAL: stopped for good by a non-retriable error."""
+
+    UNJOINED = "unjoined"  # not part of the group: not started, stopped, or restarting
+    PREPARING_REBALANCE = "preparing_rebalance"  # JoinGroup sent, or a rejoin scheduled
+    COMPLETING_REBALANCE = "completing_rebalance"  # JoinGroup answered, SyncGroup sent
+    STABLE = "stable"  # has an assignment, heartbeats
+    FATAL = "fatal"  # FENCED_INSTANCE_ID, INVALID_SESSION_TIMEOUT, ...: poll() throws, the app ends
+
+
+_RUNNING: Final = frozenset(
+    {MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE, MemberState.STABLE}
+)
+
+# Target state -> legal previous states (the style of replay.coordinator.types).
+VALID_PREVIOUS_STATES: Final[dict[MemberState, frozenset[MemberState]]] = {
+    MemberState.UNJOINED: _RUNNING,  # stop() from any running state
+    MemberState.PREPARING_REBALANCE: frozenset({MemberState.UNJOINED, *_RUNNING}),  # start or rejoin
+    MemberState.COMPLETING_REBALANCE: frozenset({MemberState.PREPARING_REBALANCE}),
+    MemberState.STABLE: frozenset({MemberState.COMPLETING_REBALANCE}),
+    MemberState.FATAL: _RUNNING,
+}
+
+
+class IllegalMemberTransition(AssertionError):
+    """A transition the table forbids: a bug in this module, never a coordinator's answer."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Error reactions (written once)
+
+
+class Reaction(Enum):
+    ADOPT_MEMBER_ID = "rejoin at once with the member id the coordinator gave (KIP-394)"
+    RESET_MEMBER_ID = "forget member id and generation, rejoin at once"
+    REJOIN = "rejoin at once, keeping the member id"
+    REJOIN_AFTER_BACKOFF = "rejoin after retry.backoff.ms (coordinator moved or loading)"
+    FATAL = "stop for good: the Java consumer raises it from poll()"
+
+
+def _code(name: str) -> int:
+    return int(ErrorCode[name])
+
+
+# joinGroupIfNeeded: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS and
+# MEMBER_ID_REQUIRED `continue` (rejoin without backoff); anything else retriable sleeps
+# retry.backoff.ms; non-retriable errors are thrown. UNKNOWN_MEMBER_ID resets the member id
+# (resetStateOnResponseError(..., shouldResetMemberId=true)); ILLEGAL_GENERATION keeps it
+# ("the member ID might still be valid"). FENCED_INSTANCE_ID is fatal on every API (the heartbeat
+# thread stores it and poll() throws FencedInstanceIdException). JoinGroupResponseHandler raises
+# INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, INVALID_GROUP_ID, GROUP_AUTHORIZATION_FAILED
+# and GROUP_MAX_SIZE_REACHED to the application.
+ERROR_REACTIONS: Final[dict[int, Reaction]] = {
+    _code("member_id_required"): Reaction.ADOPT_MEMBER_ID,
+    _code("unknown_member_id"): Reaction.RESET_MEMBER_ID,
+    _code("illegal_generation"): Reaction.REJOIN,
+    _code("rebalance_in_progress"): Reaction.REJOIN,
+    _code("fenced_instance_id"): Reaction.FATAL,
+    _code("inconsistent_group_protocol"): Reaction.FATAL,
+    _code("invalid_session_timeout"): Reaction.FATAL,
+    _code("invalid_group_id"): Reaction.FATAL,
+    _code("group_authorization_failed"): Reaction.FATAL,
+    _code("group_max_size_reached"): Reaction.FATAL,
+}
+
+
+def reaction_to(error_code: int) -> Reaction:
+    """What the Java consumer does on this error (default: retry after retry.backoff.ms)."""
+    return ERROR_REACTIONS.get(error_code, Reaction.REJOIN_AFTER_BACKOFF)
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+
+class Wake(StrEnum):
+    HEARTBEAT = "heartbeat"
+    REJOIN = "rejoin"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send `request` (a kio entity of `api_version`); answer with `on_response(now, this, response)`."""
+
+    api_key: int
+    api_version: int
+    request: Any
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    """Call `on_wake(at_ms, this)` at `at_ms` (stale wakes are ignored by the member)."""
+
+    at_ms: int
+    wake: Wake
+    incarnation: int
+    generation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """The member's process is gone: close its connection (a new incarnation opens a new one)."""
+
+    incarnation: int
+
+
+Command = Send | WakeAt | Disconnect
+Commands = tuple[Command, ...]
+
+
+class GroupMember(Protocol):
+    """What a runner drives: the classic member here; a KIP-848 member would be another."""
+
+    member_key: str
+    state: MemberState
+    incarnation: int
+    is_leader: bool
+
+    def start(self, now_ms: int) -> Commands: ...
+    def stop(self, now_ms: int, leave: bool) -> Commands: ...
+    def on_response(self, now_ms: int, sent: Send, response: Any) -> Commands: ...
+    def on_wake(self, now_ms: int, wake: WakeAt) -> Commands: ...
+    def on_request_timeout(self, now_ms: int, sent: Send) -> Commands: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Identity and configuration
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSettings:
+    """What a member puts in its JoinGroup: from the recorded request (the client's own config)."""
+
+    group_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]  # (assignor name, subscription metadata), preference order
+
+    @classmethod
+    def from_request(cls, request: Any) -> JoinSettings:
+        return cls(
+            group_id=str(request.group_id),
+            session_timeout_ms=_ms(request.session_timeout),
+            rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", request.session_timeout)),
+            protocol_type=str(request.protocol_type),
+            protocols=tuple((str(p.name), bytes(p.metadata)) for p in request.protocols),
+        )
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+def from_values(cls: type[Any], values: Mapping[str, Any]) -> Any:
+    """A kio entity of class `cls` from plain values (nested entries as mappings, absent = default)."""
+    from proxy.wire.convert import _build  # the one mapping -> kio builder until proxy.wire exports one
+
+    return _build(cls, values, "", [])
+
+
+def entity(api_key: int, api_version: int, values: Mapping[str, Any]) -> Any:
+    """A request entity of `api_version` from plain values given for the newest version."""
+    newest = from_values(request_schema(api_key, NEWEST[api_key]), values)
+    return newest if api_version == NEWEST[api_key] else convert(newest, api_version).entity
+
+
+# ---------------------------------------------------------------------------------------------
+# The classic member
+
+
+class ClassicMember:
+    """One consumer of the classic protocol: join -> sync -> heartbeat, reacting as Java does.
+
+    `member_key` is the recorded identity and never changes (a scenario that gives the member a
+    group.instance.id changes `instance_id`, not its name). `topics` is the partition count per
+    topic the leader's assignor sees (the client's metadata).
+    """
+
+    def __init__(
+        self,
+        member_key: str,
+        client_id: str,
+        join: JoinSettings,
+        *,
+        instance_id: str | None,
+        api_versions: dict[int, int],
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+        topics: Mapping[str, int] | None = None,
+    ) -> None:
+        self.member_key = member_key
+        self.client_id = client_id
+        self.join_settings = join
+        self.instance_id = instance_id
+        self.api_versions = dict(api_versions)
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.topics = dict(topics or {})
+        self.state = MemberState.UNJOINED
+        self.member_id = ""
+        self.generation_id = -1
+        self.incarnation = 0
+        self.is_leader = False
+        self.protocol_name: str | None = None
+        self.error_code = 0  # the error that made the member FATAL
+        self._heartbeat: tuple[tuple[int, int, str, str | None], Send] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in _RUNNING
+
+    def _to(self, state: MemberState) -> None:
+        if self.state not in VALID_PREVIOUS_STATES[state]:
+            raise IllegalMemberTransition(f"{self.member_key}: {self.state} -> {state}")
+        self.state = state
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self, now_ms: int) -> Commands:
+        """The process starts: a new incarnation without member id (KIP-345: static ones too)."""
+        if self.state is not MemberState.UNJOINED:
+            return ()
+        self.incarnation += 1
+        self.member_id = ""
+        self.generation_id = -1
+        self.is_leader = False
+        return self._join()
+
+    def stop(self, now_ms: int, leave: bool) -> Commands:
+        """The process ends; with `leave`, LeaveGroup first (a dynamic member's close())."""
+        if not self.running:
+            return ()
+        commands: list[Command] = []
+        if leave and self.member_id:
+            commands.append(self._send(LEAVE, self._leave_values()))
+        commands.append(Disconnect(self.incarnation))
+        self._to(MemberState.UNJOINED)
+        self.incarnation += 1  # responses still in flight belong to the old process
+        return tuple(commands)
+
+    def request_rejoin(self, now_ms: int) -> Commands:
+        """AbstractCoordinator.requestRejoin: rejoin keeping the member id (a stopped member starts)."""
+        if self.state is MemberState.UNJOINED:
+            return self.start(now_ms)
+        return self._join() if self.running else ()
+
+    def on_request_timeout(self, now_ms: int, sent: Send) -> Commands:
+        """No answer within request.timeout.ms: the Java client disconnects and rejoins."""
+        if sent.incarnation != self.incarnation or not self.running:
+            return ()
+        return self._join()
+
+    def on_wake(self, now_ms: int, wake: WakeAt) -> Commands:
+        if wake.incarnation != self.incarnation:
+            return ()
+        if wake.wake is Wake.HEARTBEAT:
+            if self.state is MemberState.STABLE and self.generation_id == wake.generation_id:
+                return (self._heartbeat_send(),)
+            return ()
+        return self._join() if self.state is MemberState.PREPARING_REBALANCE else ()
+
+    # -- responses ----------------------------------------------------------------------------
+    def on_response(self, now_ms: int, sent: Send, response: Any) -> Commands:
+        if sent.incarnation != self.incarnation or not self.running:
+            return ()
+        code = int(response.error_code)
+        if not code:
+            match sent.api_key:
+                case ApiKey.HEARTBEAT:
+                    return self._next_heartbeat(now_ms) if self.state is MemberState.STABLE else ()
+                case ApiKey.JOIN_GROUP:
+                    return self._joined(response)
+                case ApiKey.SYNC_GROUP:
+                    self._to(MemberState.STABLE)
+                    return self._next_heartbeat(now_ms)
+            return ()
+        reaction = reaction_to(code)
+        if reaction is Reaction.FATAL:
+            self.error_code = code
+            self._to(MemberState.FATAL)
+            self.incarnation += 1
+            return (Disconnect(self.incarnation - 1),)
+        if sent.api_key == HEARTBEAT and self.state is not MemberState.STABLE:
+            return ()  # a late heartbeat answer during a rebalance changes nothing
+        match reaction:
+            case Reaction.ADOPT_MEMBER_ID:
+                self.member_id = str(response.member_id)
+                return self._join()
+            case Reaction.RESET_MEMBER_ID:
+                self.member_id = ""
+                self.generation_id = -1
+                return self._rejoin_at(now_ms)
+            case Reaction.REJOIN:
+                return self._rejoin_at(now_ms)
+            case _:
+                return self._rejoin_at(now_ms + RETRY_BACKOFF_MS)
+
+    def _rejoin_at(self, at_ms: int) -> Commands:
+        self._to(MemberState.PREPARING_REBALANCE)
+        return (WakeAt(at_ms, Wake.REJOIN, self.incarnation, self.generation_id),)
+
+    def _joined(self, response: Any) -> Commands:
+        self.member_id = str(response.member_id)
+        self.generation_id = int(response.generation_id)
+        self.protocol_name = response.protocol_name
+        self.is_leader = response.leader == response.member_id
+        assignments: dict[str, bytes] = {}
+        if self.is_leader and not getattr(response, "skip_assignment", False):
+            assignments = self.assign(response.protocol_name, response.members)
+        self._to(MemberState.COMPLETING_REBALANCE)
+        return (self._send(SYNC, self._sync_values(assignments, response.protocol_name)),)
+
+    def assign(self, protocol_name: str | None, members: Any) -> dict[str, bytes]:
+        """ConsumerCoordinator.onLeaderElected: the group's chosen assignor over the members'
+        subscriptions (JoinGroup response metadata) and the topics the leader knows."""
+        subscriptions = {
+            str(m.member_id): (getattr(m, "group_instance_id", None), bytes(m.metadata)) for m in members
+        }
+        topics = dict(self.topics)
+        for _, metadata in subscriptions.values():
+            for topic in _topics(metadata):
+                topics.setdefault(topic, 0)
+        return assign(protocol_name or "range", subscriptions, topics)
+
+    def _next_heartbeat(self, now_ms: int) -> Commands:
+        return (
+            WakeAt(now_ms + self.heartbeat_interval_ms, Wake.HEARTBEAT, self.incarnation, self.generation_id),
+        )
+
+    # -- requests -----------------------------------------------------------------------------
+    def _join(self) -> Commands:
+        self._to(MemberState.PREPARING_REBALANCE)
+        return (self._send(JOIN, self._join_values()),)
+
+    def _send(self, api_key: int, values: Mapping[str, Any]) -> Send:
+        api_version = self.api_versions[api_key]
+        return Send(api_key, api_version, entity(api_key, api_version, values), self.incarnation)
+
+    def _heartbeat_send(self) -> Send:
+        """A heartbeat is the same request until the generation or identity changes (hot path)."""
+        key = (self.api_versions[HEARTBEAT], self.generation_id, self.member_id, self.instance_id)
+        cached = self._heartbeat
+        if cached is not None and cached[0] == key and cached[1].incarnation == self.incarnation:
+            return cached[1]
+        send = self._send(HEARTBEAT, self.heartbeat_values())
+        self._heartbeat = (key, send)
+        return send
+
+    def _join_values(self) -> dict[str, Any]:
+        join = self.join_settings
+        return {
+            "group_id": join.group_id,
+            "session_timeout": _duration(join.session_timeout_ms),
+            "rebalance_timeout": _duration(join.rebalance_timeout_ms),
+            "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
+            "protocol_type": join.protocol_type,
+            "protocols": tuple({"name": name, "metadata": data} for name, data in join.protocols),
+            "reason": None,
+        }
+
+    def _sync_values(self, assignments: Mapping[str, bytes], protocol_name: str | None) -> dict[str, Any]:
+        return {
+            "group_id": self.join_settings.group_id,
+            "generation_id": self.generation_id,
+            "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
+            "protocol_type": self.join_settings.protocol_type,
+            "protocol_name": protocol_name,
+            "assignments": tuple({"member_id": m, "assignment": a} for m, a in assignments.items()),
+        }
+
+    def heartbeat_values(self, generation_offset: int = 0) -> dict[str, Any]:
+        return {
+            "group_id": self.join_settings.group_id,
+            "generation_id": self.generation_id + generation_offset,
+            "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
+        }
+
+    def _leave_values(self) -> dict[str, Any]:
+        return {
+            "group_id": self.join_settings.group_id,
+            "members": (
+                {"member_id": self.member_id, "group_instance_id": self.instance_id, "reason": None},
+            ),
+        }
+
+
+def _topics(metadata: bytes) -> tuple[str, ...]:
+    try:
+        return decode_subscription_topics(metadata)
+    except ValueError:
+        return ()
+
+
+def _duration(ms: int) -> Any:
+    import datetime
+
+    from kio.static.primitive import i32Timedelta
+
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+__all__ = [
+    "COMPANION_VERSIONS",
+    "ERROR_REACTIONS",
+    "GROUP_APIS",
+    "VALID_PREVIOUS_STATES",
+    "ClassicMember",
+    "Command",
+    "Commands",
+    "Disconnect",
+    "GroupMember",
+    "IllegalMemberTransition",
+    "JoinSettings",
+    "MemberState",
+    "Reaction",
+    "Send",
+    "Wake",
+    "WakeAt",
+    "companion_versions",
+    "entity",
+    "from_values",
+    "reaction_to",
+]

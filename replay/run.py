@@ -1,0 +1,490 @@
+"""A replay run: the plan's members under a scenario, through one transport, observed.
+
+`Runner` owns what every run shares: the members (`replay.member`, one per recorded member,
+named by its `member_key` in every run and scenario), the scenario's timeline (recorded sessions,
+member rules, rolling bounces, faults), the interpretation of the members' commands and the
+observer. Where requests go is the transport's business:
+
+- `CoordinatorTransport` (here): the in-process reference coordinator, `handle` / `advance` /
+  `next_deadline`, in virtual time (`replay_reference`);
+- `replay.live`: one asyncio TCP shell against a broker, in scaled real time.
+
+Members are client state machines, not byte players (GoReplay-style live remapping): member id,
+generation and leader in every later request come from the responses this run got.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from proxy.wire import response_schema
+from replay.brokers import group_settings
+from replay.clock import VirtualClock
+from replay.coordinator import CoordinatorConfig, GroupCoordinator, RequestContext, Respond
+from replay.events import EventName, RebalanceEvent
+from replay.member import (
+    HEARTBEAT,
+    JOIN,
+    REQUEST_TIMEOUT_MS,
+    ClassicMember,
+    Commands,
+    Disconnect,
+    JoinSettings,
+    MemberState,
+    Send,
+    WakeAt,
+    companion_versions,
+    from_values,
+)
+from replay.observe import Exchange, GroupObserver
+from replay.plan import MemberScript, ReplayPlan
+from replay.scenario import (
+    AS_RECORDED,
+    BounceOrder,
+    FaultKind,
+    LeaveOnShutdown,
+    MemberSelector,
+    MemberSettings,
+    Membership,
+    Scenario,
+    VersionRule,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """One run of one scenario: its events, how many requests it sent, unmet expectations, and
+    (differential driver) what DescribeGroups said. `not_run` says why a run could not be carried
+    out (its one event is then a `not_run` row)."""
+
+    run: str
+    events: tuple[RebalanceEvent, ...]
+    rpcs: int = 0
+    simulated_ms: int = 0
+    failures: tuple[str, ...] = ()
+    describes: tuple[tuple[Any, ...], ...] = ()
+    not_run: str | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Seat:
+    """A recorded member's place in a run: its script, its state machine, its current connection."""
+
+    script: MemberScript
+    member: ClassicMember
+    connection_id: int = 0
+
+
+@dataclass(slots=True)
+class InFlight:
+    seat: Seat
+    send: Send
+    connection_id: int
+    sent_ms: int
+    correlation_id: int = -1
+
+
+class Transport(Protocol):
+    def send(self, now_ms: int, flight: InFlight) -> None: ...
+    def disconnect(self, connection_id: int, now_ms: int) -> None: ...
+
+
+def new_member(script: MemberScript, topics: dict[str, int]) -> ClassicMember:
+    versions = companion_versions(script.api_versions.get(JOIN, int(type(script.join_template).__version__)))
+    versions.update(script.api_versions)
+    return ClassicMember(
+        script.member_key,
+        script.client_id,
+        JoinSettings.from_request(script.join_template),
+        instance_id=script.group_instance_id,
+        api_versions=versions,
+        heartbeat_interval_ms=script.heartbeat_interval_ms,
+        topics=topics,
+    )
+
+
+def _topics(plan: ReplayPlan, group_id: str) -> dict[str, int]:
+    layout = plan.partitions.get(group_id, ({},))[0]
+    return {topic: max(parts) + 1 for topic, parts in layout.items() if parts}
+
+
+class Runner:
+    """The scenario timeline and the members' commands; a heap of timed actions."""
+
+    def __init__(self, plan: ReplayPlan, scenario: Scenario, run: str) -> None:
+        self.plan = plan
+        self.scenario = scenario
+        self.observer = GroupObserver(plan.session_id, scenario.name, run)
+        self.observer.client_software.update(
+            {s.member_key: s.client_software for s in plan.scripts if s.client_software}
+        )
+        self.transport: Transport | None = None
+        self.clock = VirtualClock()
+        self._heap: list[tuple[int, int, Callable[[int, Any], None], Any]] = []
+        self._seq = 0
+        self._connections = 0
+        self.rpcs = 0
+        self._fault_budget = [f.count for f in scenario.faults]
+        self.seats = [Seat(s, new_member(s, _topics(plan, s.group_id))) for s in plan.scripts]
+        self.window_start_ms = 0
+        self._order: list[Seat] = []
+        # (kind, now_ms, flight, response): a synthetic capture records the run through this
+        self.recorder: Callable[[str, int, InFlight, Any], None] | None = None
+        self.on_close: Callable[[int, int], None] | None = None  # (connection_id, now_ms)
+
+    @property
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def at(self, when_ms: int, action: Callable[[int, Any], None], arg: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (when_ms, self._seq, action, arg))
+
+    # -- commands -----------------------------------------------------------------------------
+    def apply(self, now_ms: int, seat: Seat, commands: Commands) -> None:
+        for command in commands:
+            match command:
+                case Send():
+                    self.submit(now_ms, seat, command)
+                case WakeAt():
+                    self.at(command.at_ms, self._wake, (seat, command))
+                case Disconnect():
+                    assert self.transport is not None
+                    self.transport.disconnect(seat.connection_id, now_ms)
+                    if self.on_close is not None:
+                        self.on_close(seat.connection_id, now_ms)
+
+    def _wake(self, now_ms: int, arg: tuple[Seat, WakeAt]) -> None:
+        seat, wake = arg
+        self.apply(now_ms, seat, seat.member.on_wake(now_ms, wake))
+
+    def start(self, now_ms: int, seat: Seat) -> None:
+        if seat.member.state is MemberState.UNJOINED:
+            self._connections += 1
+            seat.connection_id = self._connections
+        self.apply(now_ms, seat, seat.member.start(now_ms))
+
+    def stop(self, now_ms: int, arg: tuple[Seat, bool]) -> None:
+        seat, leave = arg
+        self.apply(now_ms, seat, seat.member.stop(now_ms, leave))
+
+    def restart(self, now_ms: int, seat: Seat) -> None:
+        """A recorded reconnect: the process restarted (a static member sends no LeaveGroup)."""
+        self.stop(now_ms, (seat, False))
+        self.start(now_ms, seat)
+
+    # -- requests through faults to the transport ---------------------------------------------
+    def submit(self, now_ms: int, seat: Seat, send: Send) -> None:
+        flight = InFlight(seat, send, seat.connection_id, now_ms)
+        for index, fault in enumerate(self.scenario.faults):
+            if (
+                self._fault_budget[index] > 0
+                and fault.api_key == send.api_key
+                and now_ms >= self.window_start_ms + fault.at_ms
+                and _matches(fault.match, seat)
+            ):
+                self._fault_budget[index] -= 1
+                match fault.kind:
+                    case FaultKind.DELAY:
+                        self.at(now_ms + fault.delay_ms, self._transmit, flight)
+                    case FaultKind.ERROR:
+                        self.at(now_ms, self._deliver_at, (flight, _error_response(send, fault.error_code)))
+                    case _:  # drop: never arrives; the member gives up after request.timeout.ms
+                        self.at(now_ms + REQUEST_TIMEOUT_MS, self._timed_out, flight)
+                return
+        self._transmit(now_ms, flight)
+
+    def _transmit(self, now_ms: int, flight: InFlight) -> None:
+        self.rpcs += 1
+        assert self.transport is not None
+        self.transport.send(now_ms, flight)
+
+    def _timed_out(self, now_ms: int, flight: InFlight) -> None:
+        self.apply(now_ms, flight.seat, flight.seat.member.on_request_timeout(now_ms, flight.send))
+
+    def _deliver_at(self, now_ms: int, arg: tuple[InFlight, Any]) -> None:
+        self.deliver(now_ms, arg[0], arg[1])
+
+    def deliver(self, now_ms: int, flight: InFlight, response: Any) -> None:
+        seat, send = flight.seat, flight.send
+        if self.recorder is not None and flight.correlation_id >= 0:
+            self.recorder("response", now_ms, flight, response)
+        # The observer derives nothing from a successful heartbeat (replay.observe): skip building
+        # the exchange on the hot path.
+        if send.api_key != HEARTBEAT or response.error_code != 0:
+            self.observer.observe(
+                Exchange(
+                    now_ms, seat.script.member_key, send.api_key, send.api_version, send.request, response
+                )
+            )
+        self.apply(now_ms, seat, seat.member.on_response(now_ms, send, response))
+
+    # -- the timeline -------------------------------------------------------------------------
+    def schedule(self) -> int:
+        """Queue sessions, bounces and stops; returns when the run ends (virtual ms)."""
+        scenario = self.scenario
+        for seat in self.seats:
+            for rule in scenario.members:
+                if _matches(rule.match, seat):
+                    _apply_settings(seat, rule.settings, scenario.broker_api_versions)
+                    break
+            else:
+                _apply_settings(seat, MemberSettings(), scenario.broker_api_versions)
+        end_ms = self.plan.end_ms
+        first_joins = [seat.script.sessions[0].start_ms for seat in self.seats]
+        settle_ms = max(first_joins) if first_joins else 0
+        for seat in self.seats:
+            for index, session in enumerate(seat.script.sessions):
+                self.at(session.start_ms, self.start if index == 0 else self.restart, seat)
+                if session.stop_ms is not None:
+                    self.at(session.stop_ms, self.stop, (seat, session.left))
+        rolling = scenario.rolling
+        if rolling is not None:
+            first_bounce = settle_ms + rolling.start_ms
+            self.window_start_ms = first_bounce
+            count = len(self.seats)
+            for index in range(count):
+                self.at(first_bounce + index * rolling.interval_ms, self._bounce, index)
+            end_ms = max(end_ms, first_bounce + count * rolling.interval_ms + rolling.downtime_ms)
+        else:
+            self.window_start_ms = settle_ms if scenario is not AS_RECORDED else 0
+        return end_ms + scenario.duration_ms
+
+    def _bounce_order(self) -> list[Seat]:
+        rolling = self.scenario.rolling
+        assert rolling is not None
+        seats = [s for s in self.seats if not rolling.members or any(_matches(m, s) for m in rolling.members)]
+        match rolling.order:
+            case BounceOrder.REVERSE:
+                seats.reverse()
+            case BounceOrder.LEADER_FIRST:
+                seats.sort(key=lambda s: not s.member.is_leader)
+            case BounceOrder.LEADER_LAST:
+                seats.sort(key=lambda s: s.member.is_leader)
+        return seats
+
+    def _bounce(self, now_ms: int, index: int) -> None:
+        """The index-th bounce: the order is decided when the first bounce starts (the leader then)."""
+        if index == 0:
+            self._order = self._bounce_order()
+        if index >= len(self._order):
+            return
+        seat = self._order[index]
+        rolling = self.scenario.rolling
+        assert rolling is not None
+        static = seat.member.instance_id is not None
+        leave = rolling.leave_on_shutdown == LeaveOnShutdown.ALWAYS or (
+            rolling.leave_on_shutdown == LeaveOnShutdown.DYNAMIC and not static
+        )
+        self.stop(now_ms, (seat, leave))
+        self.at(now_ms + rolling.downtime_ms, self._restart_bounced, seat)
+
+    def _restart_bounced(self, now_ms: int, seat: Seat) -> None:
+        assert self.scenario.rolling is not None
+        _apply_settings(seat, self.scenario.rolling.after, self.scenario.broker_api_versions)
+        self.start(now_ms, seat)
+
+    def result(self, end_ms: int) -> RunResult:
+        events = tuple(self.observer.events)
+        failures = tuple(check_expectations(self.scenario, events, self.window_start_ms))
+        return RunResult(self.observer.run, events, self.rpcs, end_ms, failures)
+
+
+def _apply_settings(seat: Seat, settings: MemberSettings, broker_caps: tuple[VersionRule, ...]) -> None:
+    script, member = seat.script, seat.member
+    match settings.membership:
+        case Membership.STATIC:
+            template = settings.instance_id or script.group_instance_id or "{client_id}-{ordinal}"
+            member.instance_id = _instance_id(template, script)
+        case Membership.DYNAMIC:
+            member.instance_id = None
+        case Membership.AS_RECORDED:
+            member.instance_id = script.group_instance_id
+        case None:
+            if settings.instance_id is not None:
+                member.instance_id = _instance_id(settings.instance_id, script)
+    versions = member.api_versions
+    for rule in settings.api_versions:
+        if rule.api_key == JOIN:
+            versions[JOIN] = rule.apply(versions[JOIN])
+            if rule.exact:  # companions follow an exact JoinGroup version
+                versions.update(companion_versions(versions[JOIN]))
+        elif rule.api_key in versions:
+            versions[rule.api_key] = rule.apply(versions[rule.api_key])
+    for rule in broker_caps:
+        if rule.api_key in versions:
+            versions[rule.api_key] = min(versions[rule.api_key], rule.api_version)
+
+
+def _instance_id(template: str, script: MemberScript) -> str:
+    return template.format(client_id=script.client_id, ordinal=script.ordinal, member_key=script.member_key)
+
+
+def _matches(selector: MemberSelector, seat: Seat) -> bool:
+    script = seat.script
+    return selector.matches(
+        client_id=script.client_id,
+        ordinal=script.ordinal,
+        instance_id=script.group_instance_id,
+        member_key=script.member_key,
+        is_leader=seat.member.is_leader,
+    )
+
+
+def _error_response(send: Send, error_code: int) -> Any:
+    return from_values(response_schema(send.api_key, send.api_version), {"error_code": ErrorCode(error_code)})
+
+
+# ---------------------------------------------------------------------------------------------
+# In process: the reference coordinator in virtual time
+
+
+class CoordinatorTransport:
+    """Requests go to `GroupCoordinator.handle`; its `Respond`s come back as deliveries."""
+
+    def __init__(self, runner: Runner, config: CoordinatorConfig | None) -> None:
+        self.runner = runner
+        self.coordinator = GroupCoordinator(config)
+        self._correlation = 0
+        self._pending: dict[tuple[int, int], InFlight] = {}
+
+    def send(self, now_ms: int, flight: InFlight) -> None:
+        self._correlation += 1
+        context = RequestContext(
+            connection_id=flight.connection_id,
+            client_id=flight.seat.script.client_id,
+            client_host="/127.0.0.1",
+            api_version=flight.send.api_version,
+            correlation_id=self._correlation,
+        )
+        self._pending[(flight.connection_id, self._correlation)] = flight
+        if self.runner.recorder is not None:
+            flight.correlation_id = self._correlation
+            self.runner.recorder("request", now_ms, flight, None)
+        self.outputs(now_ms, self.coordinator.handle(now_ms, context, flight.send.request))
+
+    def disconnect(self, connection_id: int, now_ms: int) -> None:
+        """A classic-protocol coordinator does not track connections: nothing to tell it."""
+
+    def outputs(self, now_ms: int, outputs: list[Any]) -> None:
+        for output in outputs:
+            if isinstance(output, Respond):
+                flight = self._pending.pop(
+                    (output.context.connection_id, output.context.correlation_id), None
+                )
+                if flight is None:
+                    continue
+                if flight.send.api_key == HEARTBEAT:
+                    # a heartbeat answer only schedules the next beat: deliver it now (the hot path)
+                    self.runner.deliver(now_ms, flight, output.response)
+                else:
+                    self.runner.at(now_ms, self.runner._deliver_at, (flight, output.response))
+
+
+def run_virtual(
+    runner: Runner, transport: CoordinatorTransport, progress: Callable[[int, int], None] | None
+) -> int:
+    """Jump from member action to coordinator deadline until the scenario's end."""
+    runner.transport = transport
+    end_ms = runner.schedule()
+    coordinator, heap, clock = transport.coordinator, runner._heap, runner.clock
+    last_report = 0
+    while True:
+        next_action = heap[0][0] if heap else None
+        deadline = coordinator.next_deadline()
+        if next_action is None and deadline is None:
+            break
+        if deadline is not None and (next_action is None or deadline < next_action):
+            if deadline > end_ms:
+                break
+            now_ms = clock.advance_to(deadline)
+            transport.outputs(now_ms, coordinator.advance(now_ms))
+            continue
+        assert next_action is not None
+        if next_action > end_ms:
+            break
+        when, _, action, arg = heapq.heappop(heap)
+        now_ms = clock.advance_to(when)
+        action(now_ms, arg)
+        if progress is not None and now_ms - last_report >= 10_000:
+            last_report = now_ms
+            progress(now_ms, end_ms)
+    if progress is not None:
+        progress(end_ms, end_ms)
+    return end_ms
+
+
+def replay_reference(
+    plan: ReplayPlan,
+    scenario: Scenario = AS_RECORDED,
+    *,
+    config: CoordinatorConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunResult:
+    """Replay against the in-process reference coordinator in virtual time, with the recorded
+    broker's group settings (capture header; Kafka's defaults where unknown) unless `config`."""
+    if config is None:
+        config = group_settings(plan.group_settings).coordinator_config()
+    runner = Runner(plan, scenario, "reference")
+    end_ms = run_virtual(runner, CoordinatorTransport(runner, config), progress)
+    return runner.result(end_ms)
+
+
+# ---------------------------------------------------------------------------------------------
+# Expectations
+
+
+def check_expectations(
+    scenario: Scenario, events: Iterable[RebalanceEvent], window_start_ms: int
+) -> list[str]:
+    """Unmet expectations. Member globs in `fenced`/`expired` match the group.instance.id a member
+    was fenced or expired under (fencing is about instance ids, KIP-345), else its member_key."""
+    rows = list(events)
+    in_window = [e for e in rows if e.ts_ms >= window_start_ms]
+    expect = scenario.expect
+    failures: list[str] = []
+    if expect.rebalances is not None:
+        seen = [e.member_key for e in in_window if e.event == EventName.REBALANCE_STARTED]
+        why = expect.rebalances.check(seen)
+        if why:
+            failures.append(f"rebalances: {why}")
+    for label, expectation, name in (
+        ("fenced", expect.fenced, EventName.MEMBER_FENCED),
+        ("expired", expect.expired, EventName.MEMBER_EXPIRED),
+    ):
+        if expectation is not None:
+            why = expectation.check([e.group_instance_id or e.member_key for e in rows if e.event == name])
+            if why:
+                failures.append(f"{label}: {why}")
+    if expect.leader_skips_assignment is not None:
+        skipped = any(
+            e.event == EventName.MEMBER_JOINED and e.is_leader and e.skip_assignment for e in in_window
+        )
+        if skipped != expect.leader_skips_assignment:
+            failures.append(
+                f"leader_skips_assignment: expected {str(expect.leader_skips_assignment).lower()}, "
+                f"saw {str(skipped).lower()}"
+            )
+    codes = {e.error_code for e in rows}
+    for code in expect.errors:
+        if code not in codes:
+            failures.append(f"errors: expected error code {code} ({ErrorCode(code).name}), not seen")
+    return failures
+
+
+__all__ = [
+    "CoordinatorTransport",
+    "InFlight",
+    "RunResult",
+    "Runner",
+    "Seat",
+    "Transport",
+    "check_expectations",
+    "replay_reference",
+    "run_virtual",
+]

@@ -1,0 +1,93 @@
+"""The client-side assignors against the vectors of Kafka's own tests
+(clients/src/test/java/org/apache/kafka/clients/consumer/{Range,RoundRobin}AssignorTest.java)."""
+
+from __future__ import annotations
+
+from proxy.wire.consumer_protocol import decode_assignment, encode_subscription
+from replay.assignors import assign, range_assign, roundrobin_assign
+
+T1, T2 = "topic1", "topic2"
+
+
+def sub(*topics: str, instance: str | None = None) -> tuple[str | None, bytes]:
+    return instance, encode_subscription(list(topics))
+
+
+def test_range_two_consumers_two_topics_six_partitions() -> None:
+    """RangeAssignorTest.testTwoConsumersTwoTopicsSixPartitions."""
+    got = range_assign({"consumer1": sub(T1, T2), "consumer2": sub(T1, T2)}, {T1: 3, T2: 3})
+    assert sorted(got["consumer1"]) == [(T1, 0), (T1, 1), (T2, 0), (T2, 1)]
+    assert sorted(got["consumer2"]) == [(T1, 2), (T2, 2)]
+
+
+def test_range_static_members_keep_their_ranges_when_a_dynamic_member_is_replaced() -> None:
+    """RangeAssignorTest.testStaticMemberRangeAssignmentPersistent: static members sort by
+    group.instance.id ahead of dynamic ones."""
+    static = {f"consumer{i}": sub(T1, T2, instance=f"instance{i}") for i in (1, 2, 3)}
+    expected = {
+        "consumer1": [(T1, 0), (T1, 1), (T2, 0)],
+        "consumer2": [(T1, 2), (T2, 1)],
+        "consumer3": [(T1, 3), (T2, 2)],
+    }
+    first = range_assign({**static, "consumer4": sub(T1, T2)}, {T1: 5, T2: 4})
+    assert {k: sorted(v) for k, v in first.items()} == {**expected, "consumer4": [(T1, 4), (T2, 3)]}
+    second = range_assign({**static, "consumer5": sub(T1, T2)}, {T1: 5, T2: 4})
+    assert {k: sorted(v) for k, v in second.items()} == {**expected, "consumer5": [(T1, 4), (T2, 3)]}
+
+
+def test_range_follows_instance_ids_not_member_ids() -> None:
+    """RangeAssignorTest.testStaticMemberRangeAssignmentPersistentAfterMemberIdChanges."""
+    members = {"consumer1": "instance1", "consumer2": "instance2", "consumer3": "instance3"}
+    before = range_assign({m: sub(T1, T2, instance=i) for m, i in members.items()}, {T1: 5, T2: 5})
+    by_instance = {members[m]: sorted(p) for m, p in before.items()}
+    assert by_instance == {
+        "instance1": [(T1, 0), (T1, 1), (T2, 0), (T2, 1)],
+        "instance2": [(T1, 2), (T1, 3), (T2, 2), (T2, 3)],
+        "instance3": [(T1, 4), (T2, 4)],
+    }
+    swapped = {"consumer1": "instance1", "consumer5": "instance2", "consumer4": "instance3"}
+    after = range_assign({m: sub(T1, T2, instance=i) for m, i in swapped.items()}, {T1: 5, T2: 5})
+    assert {swapped[m]: sorted(p) for m, p in after.items()} == by_instance
+
+
+def test_roundrobin_mixed_topics() -> None:
+    """RoundRobinAssignorTest.testMultipleConsumersMixedTopics."""
+    got = roundrobin_assign(
+        {"consumer1": sub(T1), "consumer2": sub(T1, T2), "consumer3": sub(T1)}, {T1: 3, T2: 2}
+    )
+    assert got == {
+        "consumer1": [(T1, 0)],
+        "consumer2": [(T1, 1), (T2, 0), (T2, 1)],
+        "consumer3": [(T1, 2)],
+    }
+
+
+def test_roundrobin_static_members_persist() -> None:
+    """RoundRobinAssignorTest.testStaticMemberRoundRobinAssignmentPersistent."""
+    static = {f"consumer{i}": sub(T1, T2, instance=f"instance{i}") for i in (1, 2, 3)}
+    expected = {
+        "consumer1": [(T1, 0), (T2, 1)],
+        "consumer2": [(T1, 1), (T2, 2)],
+        "consumer3": [(T1, 2)],
+    }
+    assert roundrobin_assign({**static, "consumer4": sub(T1, T2)}, {T1: 3, T2: 3}) == {
+        **expected,
+        "consumer4": [(T2, 0)],
+    }
+    assert roundrobin_assign({**static, "consumer5": sub(T1, T2)}, {T1: 3, T2: 3}) == {
+        **expected,
+        "consumer5": [(T2, 0)],
+    }
+
+
+def test_assign_by_protocol_name_encodes_the_consumer_protocol() -> None:
+    subscriptions = {"a": sub(T1), "b": sub(T1)}
+    ranged = {m: decode_assignment(b) for m, b in assign("range", subscriptions, {T1: 4}).items()}
+    dealt = {m: decode_assignment(b) for m, b in assign("roundrobin", subscriptions, {T1: 4}).items()}
+    assert ranged == {"a": ("topic1-0", "topic1-1"), "b": ("topic1-2", "topic1-3")}
+    assert dealt == {"a": ("topic1-0", "topic1-2"), "b": ("topic1-1", "topic1-3")}
+    # a topic the leader has no metadata for is skipped, as AbstractPartitionAssignor.assign does
+    assert {m: decode_assignment(b) for m, b in assign("range", subscriptions, {}).items()} == {
+        "a": (),
+        "b": (),
+    }
