@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -162,8 +162,9 @@ class Wake(StrEnum):
     REJOIN = "rejoin"
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+# Commands are NamedTuples: immutable like frozen dataclasses, and one is built per heartbeat on
+# the replay's hot path, where a frozen dataclass costs three times as much to construct.
+class Send(NamedTuple):
     """Send `request` (a kio entity of `api_version`); answer with `on_response(now, this, response)`."""
 
     api_key: int
@@ -172,8 +173,7 @@ class Send:
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
-class WakeAt:
+class WakeAt(NamedTuple):
     """Call `on_wake(at_ms, this)` at `at_ms` (stale wakes are ignored by the member)."""
 
     at_ms: int
@@ -182,8 +182,7 @@ class WakeAt:
     generation_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class Disconnect:
+class Disconnect(NamedTuple):
     """The member's process is gone: close its connection (a new incarnation opens a new one)."""
 
     incarnation: int
@@ -344,13 +343,22 @@ class ClassicMember:
 
     # -- responses ----------------------------------------------------------------------------
     def on_response(self, now_ms: int, sent: Send, response: Any) -> Commands:
-        if sent.incarnation != self.incarnation or not self.running:
+        if sent.incarnation != self.incarnation or self.state not in _RUNNING:
             return ()
         code = int(response.error_code)
         if not code:
+            if sent.api_key == HEARTBEAT:  # the hot path
+                if self.state is MemberState.STABLE:
+                    return (
+                        WakeAt(
+                            now_ms + self.heartbeat_interval_ms,
+                            Wake.HEARTBEAT,
+                            self.incarnation,
+                            self.generation_id,
+                        ),
+                    )
+                return ()
             match sent.api_key:
-                case ApiKey.HEARTBEAT:
-                    return self._next_heartbeat(now_ms) if self.state is MemberState.STABLE else ()
                 case ApiKey.JOIN_GROUP:
                     return self._joined(response)
                 case ApiKey.SYNC_GROUP:
