@@ -100,13 +100,35 @@ def encode(assignment: Assignment) -> dict[str, bytes]:
     return out
 
 
-def assign(protocol_name: str, subscriptions: Subscriptions, topics: Topics) -> dict[str, bytes]:
-    """The assignment the group's selected assignor gives, encoded per member.
+STICKY_PROTOCOLS: Final = ("sticky", "cooperative-sticky")
+
+
+def compute(protocol_name: str, subscriptions: Subscriptions, topics: Topics) -> Assignment:
+    """The assignment the group's selected assignor gives.
 
     An assignor we do not know (a custom `partition.assignment.strategy`) is replaced by `range`,
-    the Java client's first default; replay's summary names the protocol so the user sees it.
+    the Java client's first default; the events carry the protocol name, so it shows.
     """
-    return encode(ASSIGNORS.get(protocol_name, range_assign)(subscriptions, topics))
+    if protocol_name in STICKY_PROTOCOLS:
+        from replay.sticky import sticky_assign
+
+        sticky = sticky_assign(protocol_name, subscriptions, topics)
+        return sticky if sticky is not None else roundrobin_assign(subscriptions, topics)
+    return ASSIGNORS.get(protocol_name, range_assign)(subscriptions, topics)
 
 
-__all__ = ["ASSIGNORS", "assign", "encode", "member_order", "range_assign", "roundrobin_assign"]
+def assign(protocol_name: str, subscriptions: Subscriptions, topics: Topics) -> dict[str, bytes]:
+    """`compute`, encoded per member as ConsumerProtocolAssignment bytes."""
+    return encode(compute(protocol_name, subscriptions, topics))
+
+
+__all__ = [
+    "ASSIGNORS",
+    "STICKY_PROTOCOLS",
+    "assign",
+    "compute",
+    "encode",
+    "member_order",
+    "range_assign",
+    "roundrobin_assign",
+]

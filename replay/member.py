@@ -30,10 +30,16 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from proxy.wire import ApiKey, request_schema
-from proxy.wire.consumer_protocol import decode_subscription_topics
+from proxy.wire import ApiKey, CodecError, request_schema
+from proxy.wire.consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    decode_subscription_topics,
+    encode_subscription,
+)
 from proxy.wire.convert import convert
-from replay.assignors import assign
+from replay.assignors import STICKY_PROTOCOLS, assign
+from replay.sticky import cooperative_user_data, sticky_user_data
 
 JOIN: Final = int(ApiKey.JOIN_GROUP)
 SYNC: Final = int(ApiKey.SYNC_GROUP)
@@ -285,6 +291,9 @@ class ClassicMember:
         self.incarnation = 0
         self.is_leader = False
         self.protocol_name: str | None = None
+        self.owned: tuple[tuple[str, int], ...] = ()  # the last assignment (sticky assignors read it)
+        # ConsumerCoordinator picks COOPERATIVE when every configured assignor supports it
+        self.cooperative = bool(join.protocols) and all(n == "cooperative-sticky" for n, _ in join.protocols)
         self.error_code = 0  # the error that made the member FATAL
         self._heartbeat: tuple[tuple[int, int, str, str | None], Send] | None = None
 
@@ -306,6 +315,7 @@ class ClassicMember:
         self.member_id = ""
         self.generation_id = -1
         self.is_leader = False
+        self.owned = ()
         return self._join()
 
     def stop(self, now_ms: int, leave: bool) -> Commands:
@@ -363,6 +373,10 @@ class ClassicMember:
                     return self._joined(response)
                 case ApiKey.SYNC_GROUP:
                     self._to(MemberState.STABLE)
+                    if self._assigned(response) and self.cooperative:
+                        # ConsumerCoordinator.onJoinComplete: partitions were revoked, so rejoin
+                        # at once for them to be assigned to their new owners (KIP-429)
+                        return self._rejoin_at(now_ms)
                     return self._next_heartbeat(now_ms)
             return ()
         reaction = reaction_to(code)
@@ -437,8 +451,45 @@ class ClassicMember:
         self._heartbeat = (key, send)
         return send
 
+    def _assigned(self, response: Any) -> bool:
+        """Keep the partitions SyncGroup gave; True when some owned ones were revoked."""
+        try:
+            assigned = tuple(_topic_partition(tp) for tp in decode_assignment(response.assignment))
+        except (CodecError, ValueError):
+            assigned = ()
+        revoked = set(self.owned) - set(assigned)
+        self.owned = assigned
+        return bool(revoked)
+
+    def _metadata(self, name: str, recorded: bytes) -> bytes:
+        """ConsumerCoordinator.metadata(): a sticky assignor's subscription says what the member
+        owns and its generation (owned partitions only under COOPERATIVE: EAGER revoked them all
+        in onJoinPrepare; StickyAssignor keeps its last assignment in the user data)."""
+        if name not in STICKY_PROTOCOLS:
+            return recorded
+        try:
+            subscription = decode_subscription(recorded)
+        except CodecError:
+            return recorded
+        if self.generation_id < 0 or not self.member_id:
+            self.owned = ()  # onJoinPrepare: partitions lost with the generation
+        if name == "sticky":
+            user_data = sticky_user_data(self.owned, self.generation_id) if self.owned else None
+        else:
+            user_data = cooperative_user_data(self.generation_id)
+        return encode_subscription(
+            subscription.topics,
+            subscription.blob_version,
+            owned_partitions=self.owned if self.cooperative else (),
+            generation_id=self.generation_id,
+            user_data=user_data,
+        )
+
     def _join_values(self) -> dict[str, Any]:
         join = self.join_settings
+        protocols = tuple(
+            {"name": name, "metadata": self._metadata(name, data)} for name, data in join.protocols
+        )
         return {
             "group_id": join.group_id,
             "session_timeout": _duration(join.session_timeout_ms),
@@ -446,7 +497,7 @@ class ClassicMember:
             "member_id": self.member_id,
             "group_instance_id": self.instance_id,
             "protocol_type": join.protocol_type,
-            "protocols": tuple({"name": name, "metadata": data} for name, data in join.protocols),
+            "protocols": protocols,
             "reason": None,
         }
 
@@ -476,6 +527,11 @@ class ClassicMember:
                 {"member_id": self.member_id, "group_instance_id": self.instance_id, "reason": None},
             ),
         }
+
+
+def _topic_partition(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition("-")
+    return topic, int(partition)
 
 
 def _topics(metadata: bytes) -> tuple[str, ...]:

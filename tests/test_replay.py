@@ -222,3 +222,25 @@ def test_member_key_is_the_recorded_identity_in_every_run_and_scenario(
         for name in builtin_names():
             events = replay_reference(plan, load_builtin(name)).events
             assert {e.member_key for e in events} == keys, (capture.stem, name)
+
+
+@pytest.mark.parametrize(
+    ("assignor", "expected"),
+    [
+        ("range", {"consumer-0#0": ("orders-0", "orders-1"), "consumer-1#0": ("orders-2", "orders-3")}),
+        ("roundrobin", {"consumer-0#0": ("orders-0", "orders-2"), "consumer-1#0": ("orders-1", "orders-3")}),
+        (
+            "cooperative-sticky",
+            {"consumer-0#0": ("orders-0", "orders-2"), "consumer-1#0": ("orders-1", "orders-3")},
+        ),
+    ],
+)
+def test_replayed_leader_assigns_with_the_recorded_clients_assignor(
+    tmp_path: Path, assignor: str, expected: dict[str, tuple[str, ...]]
+) -> None:
+    path = tmp_path / f"{assignor}.pcapng"
+    synthesize_capture(path, members=2, partitions=4, duration_ms=20_000, assignor=assignor)
+    result = replay_reference(build_plan(read_capture(path), assignor))
+    assert {e.protocol_name for e in result.events if e.event == "member_joined"} == {assignor}
+    final = {e.member_key: e.assignment for e in result.events if e.event == "generation_completed"}
+    assert final == expected

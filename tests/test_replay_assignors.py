@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.wire.consumer_protocol import decode_assignment, encode_subscription
-from replay.assignors import assign, range_assign, roundrobin_assign
+from replay.assignors import assign, compute, range_assign, roundrobin_assign
+from replay.sticky import java_hash_order, sticky_user_data
 
 T1, T2 = "topic1", "topic2"
 
@@ -91,3 +94,90 @@ def test_assign_by_protocol_name_encodes_the_consumer_protocol() -> None:
         "a": (),
         "b": (),
     }
+
+
+# --- sticky and cooperative-sticky (AbstractStickyAssignorTest, StickyAssignor user data) -------
+
+
+def sticky_sub(topics: tuple[str, ...], owned: list[tuple[str, int]], generation: int) -> tuple[None, bytes]:
+    """StickyAssignorTest.buildSubscriptionV2Above: user data, owned partitions and generation."""
+    user_data = sticky_user_data(owned, generation)
+    blob = encode_subscription(
+        list(topics), 2, owned_partitions=tuple(owned), generation_id=generation, user_data=user_data
+    )
+    return None, blob
+
+
+def coop_sub(topics: tuple[str, ...], owned: list[tuple[str, int]], generation: int) -> tuple[None, bytes]:
+    return None, encode_subscription(list(topics), 2, owned_partitions=tuple(owned), generation_id=generation)
+
+
+def test_sticky_two_consumers_two_topics_six_partitions() -> None:
+    """AbstractStickyAssignorTest.testTwoConsumersTwoTopicsSixPartitions (no previous owners)."""
+    subs = {"consumer1": sticky_sub((T1, T2), [], -1), "consumer2": sticky_sub((T1, T2), [], -1)}
+    got = compute("sticky", subs, {T1: 3, T2: 3})
+    assert got == {"consumer1": [(T1, 0), (T1, 2), (T2, 1)], "consumer2": [(T1, 1), (T2, 0), (T2, 2)]}
+
+
+def test_sticky_owner_of_min_quota_gets_the_extra_partition() -> None:
+    """testConsumerOwningMinQuotaExpectedMaxQuota."""
+    subs = {
+        "consumer1": sticky_sub((T1, T2), [(T1, 0), (T2, 1)], 1),
+        "consumer2": sticky_sub((T1, T2), [(T1, 1), (T2, 2)], 1),
+    }
+    got = compute("sticky", subs, {T1: 2, T2: 3})
+    assert got == {"consumer1": [(T1, 0), (T2, 1), (T2, 0)], "consumer2": [(T1, 1), (T2, 2)]}
+
+
+@pytest.mark.parametrize("protocol", ["sticky", "cooperative-sticky"])
+def test_sticky_all_under_min_quota_and_stale_generations(protocol: str) -> None:
+    """testAllConsumersAreUnderMinQuota, testOwnedPartitionsAreInvalidatedForConsumerWithStaleGeneration."""
+    make = sticky_sub if protocol == "sticky" else coop_sub
+    subs = {
+        "consumer1": make((T1, T2), [(T1, 0)], 1),
+        "consumer2": make((T1, T2), [(T1, 1)], 1),
+        "consumer3": make((T1, T2), [], 1),
+    }
+    got = compute(protocol, subs, {T1: 2, T2: 3})
+    assert got == {"consumer1": [(T1, 0), (T2, 1)], "consumer2": [(T1, 1), (T2, 2)], "consumer3": [(T2, 0)]}
+    owned = [("topic", 0), ("topic", 2), (T2, 1)]
+    stale = {"consumer1": make(("topic", T2), owned, 10), "consumer2": make(("topic", T2), owned, 9)}
+    got = compute(protocol, stale, {"topic": 3, T2: 3})
+    assert set(got["consumer1"]) == set(owned)
+    assert set(got["consumer2"]) == {("topic", 1), (T2, 0), (T2, 2)}
+
+
+def test_cooperative_sticky_moves_a_partition_in_two_rebalances() -> None:
+    """testMaxQuotaConsumerMoreThanNumExpectedMaxCapacityMembers: the plain sticky assignor moves
+    topic2-0 to consumer3 at once; the cooperative one first leaves it unassigned (it is being
+    revoked from consumer1), then gives it to consumer3 when the members rejoin."""
+    owned = {"consumer1": [(T1, 0), (T2, 0)], "consumer2": [(T1, 1), (T2, 1)], "consumer3": []}
+    eager = compute("sticky", {m: sticky_sub((T1, T2), o, 1) for m, o in owned.items()}, {T1: 2, T2: 2})
+    assert eager == {"consumer1": [(T1, 0)], "consumer2": [(T1, 1), (T2, 1)], "consumer3": [(T2, 0)]}
+    first = compute(
+        "cooperative-sticky", {m: coop_sub((T1, T2), o, 1) for m, o in owned.items()}, {T1: 2, T2: 2}
+    )
+    assert first == {"consumer1": [(T1, 0)], "consumer2": [(T1, 1), (T2, 1)], "consumer3": []}
+    second = compute(
+        "cooperative-sticky", {m: coop_sub((T1, T2), o, 2) for m, o in first.items()}, {T1: 2, T2: 2}
+    )
+    assert second == eager
+
+
+def test_partition_claimed_twice_in_one_generation_is_reassigned() -> None:
+    """testPartitionsTransferringOwnershipIncludeThePartitionClaimedByMultipleConsumersInSameGeneration."""
+    subs = {
+        "consumer1": sticky_sub(("topic",), [("topic", 0), ("topic", 1)], 1),
+        "consumer2": sticky_sub(("topic",), [("topic", 0), ("topic", 2)], 1),
+        "consumer3": sticky_sub(("topic",), [], 1),
+    }
+    got = compute("sticky", subs, {"topic": 3})
+    assert got == {"consumer1": [("topic", 1)], "consumer2": [("topic", 2)], "consumer3": [("topic", 0)]}
+
+
+def test_java_hash_order_matches_java_util_hashmap() -> None:
+    """Iteration orders printed by java.util.HashMap for these keys (String.hashCode buckets)."""
+    assert java_hash_order(["b", "a", "c"]) == ["a", "b", "c"]  # buckets 2, 1, 3
+    # "Aa" and "BB" share String.hashCode 2112: one bucket, insertion order
+    assert java_hash_order(["BB", "Aa"]) == ["BB", "Aa"]
+    assert java_hash_order(["Aa", "BB"]) == ["Aa", "BB"]

@@ -176,3 +176,43 @@ def test_companion_versions_pair_joingroup_v8_with_leavegroup_v5() -> None:
     """KIP-800 added Reason to JoinGroup v8 and LeaveGroup v5 in the same release (3.2)."""
     assert companion_versions(8) == {JOIN: 8, SYNC: 5, HEARTBEAT: 4, LEAVE: 5}
     assert companion_versions(7) == {JOIN: 7, SYNC: 5, HEARTBEAT: 4, LEAVE: 4}
+
+
+def test_cooperative_member_advertises_what_it_owns_and_rejoins_after_a_revocation() -> None:
+    """ConsumerCoordinator: under COOPERATIVE the subscription carries the owned partitions and
+    generation (KIP-429/KIP-792), and a SyncGroup that revokes some makes the member rejoin."""
+    from proxy.wire.consumer_protocol import decode_subscription, encode_assignment
+
+    metadata = encode_subscription(["orders"], 2)
+    join = JoinSettings("g", 10_000, 30_000, "consumer", (("cooperative-sticky", metadata),))
+    m = ClassicMember(
+        "c#0", "c", join, instance_id=None, api_versions=companion_versions(9), topics={"orders": 4}
+    )
+    sync = joined_as_leader(m)
+    (wake,) = m.on_response(20, sync, response(sync, assignment=encode_assignment({"orders": [0, 1]})))
+    assert wake.wake is Wake.HEARTBEAT and m.owned == (("orders", 0), ("orders", 1))
+    beat = only_send(m.on_wake(wake.at_ms, wake), HEARTBEAT)
+    (rejoin_at,) = m.on_response(30, beat, response(beat, error_code=ErrorCode.rebalance_in_progress))
+    join_again = only_send(m.on_wake(30, rejoin_at), JOIN)
+    sent = decode_subscription(join_again.request.protocols[0].metadata)
+    assert sent.owned_partitions == (("orders", 0), ("orders", 1)) and sent.generation_id == 1
+    assert sent.user_data == (1).to_bytes(4, "big")  # CooperativeStickyAssignor user data: generation
+    members = (
+        {
+            "member_id": "c-1",
+            "group_instance_id": None,
+            "metadata": sent and join_again.request.protocols[0].metadata,
+        },
+    )
+    answer = response(
+        join_again,
+        generation_id=2,
+        protocol_name="cooperative-sticky",
+        leader="c-1",
+        member_id="c-1",
+        members=members,
+    )
+    sync2 = only_send(m.on_response(40, join_again, answer), SYNC)
+    revoking = m.on_response(50, sync2, response(sync2, assignment=encode_assignment({"orders": [0]})))
+    assert [(type(c), c.wake) for c in revoking] == [(WakeAt, Wake.REJOIN)]  # type: ignore[union-attr]
+    assert m.owned == (("orders", 0),)

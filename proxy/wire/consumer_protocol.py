@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import struct
 import typing
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -84,13 +85,54 @@ def decode_subscription_topics(data: bytes) -> tuple[str, ...]:
     return tuple(entity.topics)
 
 
-def encode_subscription(topics: list[str], blob_version: int = 0) -> bytes:
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A decoded ConsumerProtocolSubscription: what the assignors read (owned partitions from v1,
+    generation from v2, KIP-429/KIP-792)."""
+
+    topics: tuple[str, ...]
+    user_data: bytes | None
+    owned_partitions: tuple[tuple[str, int], ...]
+    generation_id: int | None  # None below v2
+    blob_version: int
+
+
+def decode_subscription(data: bytes) -> Subscription:
+    blob_version, entity = _decode("consumer_protocol_subscription", _MAX_SUBSCRIPTION_VERSION, data)
+    owned = tuple(
+        (str(tp.topic), int(p)) for tp in getattr(entity, "owned_partitions", ()) for p in tp.partitions
+    )
+    generation = getattr(entity, "generation_id", None)
+    return Subscription(
+        tuple(entity.topics),
+        None if entity.user_data is None else bytes(entity.user_data),
+        owned,
+        None if generation is None else int(generation),
+        blob_version,
+    )
+
+
+def encode_subscription(
+    topics: list[str] | tuple[str, ...],
+    blob_version: int = 0,
+    *,
+    owned_partitions: tuple[tuple[str, int], ...] = (),
+    generation_id: int = -1,
+    user_data: bytes | None = None,
+) -> bytes:
+    """A subscription blob; fields the blob version lacks are left out (as Kafka's ConsumerProtocol)."""
     schema = _schema("consumer_protocol_subscription", blob_version)
-    kwargs: dict[str, Any] = {"topics": tuple(topics), "user_data": None}
+    kwargs: dict[str, Any] = {"topics": tuple(topics), "user_data": user_data}
     if "owned_partitions" in schema.__dataclass_fields__:
-        kwargs["owned_partitions"] = ()
+        tp_cls = _tuple_element_type(schema, "owned_partitions")
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in owned_partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        kwargs["owned_partitions"] = tuple(
+            tp_cls(topic=topic, partitions=tuple(i32(p) for p in parts)) for topic, parts in by_topic.items()
+        )
     if "generation_id" in schema.__dataclass_fields__:
-        kwargs["generation_id"] = i32(-1)
+        kwargs["generation_id"] = i32(generation_id)
     if "rack_id" in schema.__dataclass_fields__:
         kwargs["rack_id"] = None
     return _encode("consumer_protocol_subscription", blob_version, schema(**kwargs))
@@ -107,7 +149,9 @@ def _partition_sort_key(topic_partition: str) -> tuple[str, int]:
 
 
 __all__ = [
+    "Subscription",
     "decode_assignment",
+    "decode_subscription",
     "decode_subscription_topics",
     "encode_assignment",
     "encode_subscription",

@@ -44,6 +44,7 @@ def synthesize_capture(
     stagger_ms: int = 200,
     rolling_bounce: bool = False,
     client_software: str | None = None,
+    assignor: str = "range",
 ) -> ReplayPlan:
     """Write a capture of `members` consumers running against the reference coordinator.
 
@@ -58,6 +59,7 @@ def synthesize_capture(
         return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
 
     join_cls = request_schema(JOIN, NEWEST[JOIN])
+    blob_version = 2 if "sticky" in assignor else 0  # owned partitions and generation (KIP-429/792)
     scripts = []
     for ordinal in range(members):
         instance_id = f"{client_id}-{ordinal}" if static else None
@@ -70,7 +72,7 @@ def synthesize_capture(
                 "member_id": "",
                 "group_instance_id": instance_id,
                 "protocol_type": "consumer",
-                "protocols": ({"name": "range", "metadata": encode_subscription([topic])},),
+                "protocols": ({"name": assignor, "metadata": encode_subscription([topic], blob_version)},),
             },
         )
         template = convert(template, join_api_version).entity
