@@ -1,0 +1,82 @@
+"""The validate job's Parquet outputs equal the golden tables (issue 16: a restructured job must
+give the same results).
+
+`fixtures/events/golden/<case>/<table>.jsonl` holds every output table's rows, sorted, as written by
+the job before it was restructured into one aggregation pass per run and one for the diff. Two
+cases: the `fixtures/events/synthetic` files, and 40 synthetic sessions (`validator.synth`, seed 7,
+half with injected differences, half noisy). Regenerate (only when a change of results is meant):
+
+    .venv/bin/python tests/test_validator_golden.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from validator.session import java_problem
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(java_problem() is not None, reason=f"Spark needs Java: {java_problem()}"),
+]
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from validator.jobs import ValidateOptions, run_validate  # noqa: E402
+from validator.session import shared_test_session  # noqa: E402
+from validator.synth import synth_events  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "fixtures" / "events" / "golden"
+TABLES = ("observed_rebalances", "run_summary", "rebalance_diff", "session_verdicts", "compatibility_matrix")
+SYNTH_SESSIONS = 40
+
+
+def _inputs(spark: SparkSession, case: str, tmp: Path) -> Path:
+    if case == "fixtures":
+        return ROOT / "fixtures" / "events" / "synthetic"
+    events = tmp / "synth-events"
+    if not events.exists():
+        synth_events(spark, SYNTH_SESSIONS, diff_rate=0.5, noise_rate=0.5).write.parquet(str(events))
+    return events
+
+
+def output_rows(spark: SparkSession, events: Path, out: Path) -> dict[str, list[str]]:
+    """Run the job; each table's rows as sorted JSON lines (columns in the table's order)."""
+    run_validate(spark, ValidateOptions(inputs=(events,), out_dir=out))
+    return {
+        table: sorted(spark.read.parquet(str(out / table)).toJSON().collect()) for table in TABLES
+    }
+
+
+@pytest.mark.parametrize("case", ["fixtures", "synthetic-40"])
+def test_outputs_equal_the_golden_tables(case: str, tmp_path: Path) -> None:
+    spark = shared_test_session()
+    got = output_rows(spark, _inputs(spark, case, tmp_path), tmp_path / "out")
+    for table in TABLES:
+        golden = (GOLDEN / case / f"{table}.jsonl").read_text().splitlines()
+        assert [json.loads(r) for r in got[table]] == [json.loads(r) for r in golden], table
+
+
+def regenerate() -> None:
+    import tempfile
+
+    spark = shared_test_session()
+    for case in ("fixtures", "synthetic-40"):
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = output_rows(spark, _inputs(spark, case, Path(tmp)), Path(tmp) / "out")
+        (GOLDEN / case).mkdir(parents=True, exist_ok=True)
+        for table, lines in rows.items():
+            (GOLDEN / case / f"{table}.jsonl").write_text("".join(line + "\n" for line in lines))
+        print(f"{case}: " + ", ".join(f"{t} {len(r)}" for t, r in rows.items()))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    regenerate()
