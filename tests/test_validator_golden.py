@@ -50,9 +50,7 @@ def _inputs(spark: SparkSession, case: str, tmp: Path) -> Path:
 def output_rows(spark: SparkSession, events: Path, out: Path) -> dict[str, list[str]]:
     """Run the job; each table's rows as sorted JSON lines (columns in the table's order)."""
     run_validate(spark, ValidateOptions(inputs=(events,), out_dir=out))
-    return {
-        table: sorted(spark.read.parquet(str(out / table)).toJSON().collect()) for table in TABLES
-    }
+    return {table: sorted(spark.read.parquet(str(out / table)).toJSON().collect()) for table in TABLES}
 
 
 @pytest.mark.parametrize("case", ["fixtures", "synthetic-40"])

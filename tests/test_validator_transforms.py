@@ -19,13 +19,12 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.testing import assertDataFrameEqual  # noqa: E402
 
+from validator import compare as C  # noqa: E402
 from validator import transforms as T  # noqa: E402
-from validator.explain import explain_diffs  # noqa: E402
 from validator.schemas import (  # noqa: E402
     FACTS_SCHEMA,
     JSON_READ_SCHEMA,
     OBSERVED_REBALANCES_SCHEMA,
-    PAIRS_SCHEMA,
     READ_SCHEMA,
 )
 from validator.session import shared_test_session  # noqa: E402
@@ -112,7 +111,7 @@ def test_rebalances_are_numbered_by_completion_order_not_raw_generation(spark: S
         ],
         OBSERVED_REBALANCES_SCHEMA,
     )
-    assertDataFrameEqual(T.observed_rebalances(events), expected)
+    assertDataFrameEqual(T.observed_rebalances(T.per_run(events)), expected)
 
 
 def test_assignments_are_sorted_latest_report_wins_and_null_is_empty(spark: SparkSession) -> None:
@@ -124,9 +123,7 @@ def test_assignments_are_sorted_latest_report_wins_and_null_is_empty(spark: Spar
             ev("reference", 3, "generation_completed", 5, "a", leader=True, assignment=["t-3", "t-2"]),
         ],
     )
-    got = T.member_assignments(events, T.observed_rebalances(events)).select(
-        "member_key", "ordinal", "assignment"
-    )
+    got = T.member_assignments(T.per_run(events)).select("member_key", "ordinal", "assignment")
     assertDataFrameEqual(got, [("a", 1, ["t-2", "t-3"]), ("b", 1, [])], checkRowOrder=False)
 
 
@@ -142,7 +139,7 @@ def test_run_summary_counts_and_lists_fenced_expired_left_and_errors(spark: Spar
             ev("recorded", 0, "member_joined", member="a", error_code=79),
         ],
     )
-    got = T.run_summary(events, T.observed_rebalances(events)).select(
+    got = T.run_summary(T.per_run(events)).select(
         "run", "rebalance_count", "rebalances_started", "members", "fenced", "expired", "left", "error_codes"
     )
     assertDataFrameEqual(
@@ -169,37 +166,33 @@ def test_bad_rows_are_flagged_with_a_reason(spark: SparkSession) -> None:
 
 def _runs(spark: SparkSession, scenario: str, runs: tuple[str, ...]):
     return spark.createDataFrame(
-        [("s1", scenario, "g", r) for r in runs],
-        "session_id string, scenario string, group_id string, run string",
+        [("s1", scenario, "g", r, None, 1, 42) for r in runs],
+        "session_id string, scenario string, group_id string, run string, not_run_detail string, "
+        "rebalance_count int, facts_hash long",
     )
 
 
-def test_pairs_compare_first_attempts_and_measure_noise_against_repeats(spark: SparkSession) -> None:
+def test_pairs_compare_first_attempts_never_repeats(spark: SparkSession) -> None:
     runs = _runs(
         spark, "as-recorded", ("reference", "reference~2", "recorded", "broker-3.9.1", "broker-4.1.0~2")
     )
-    expected = spark.createDataFrame(
-        [
-            ("s1", "as-recorded", "g", "reference", "recorded", "compare"),
-            ("s1", "as-recorded", "g", "reference", "broker-3.9.1", "compare"),
-            ("s1", "as-recorded", "g", "reference", "reference~2", "noise"),
-        ],
-        PAIRS_SCHEMA,
+    got = C.comparisons(runs, "reference").select(
+        "expected_run", "observed_run", "expected_present", "same_facts"
     )
-    assertDataFrameEqual(T.comparison_pairs(runs, "reference"), expected)
+    assertDataFrameEqual(
+        got, [("reference", "recorded", True, True), ("reference", "broker-3.9.1", True, True)]
+    )
 
 
 def test_under_a_modified_scenario_recorded_is_never_compared(spark: SparkSession) -> None:
     """AGREED #5: the capture as it ran is no expectation for a replay that changed it."""
     runs = _runs(spark, "static-upgrade", ("reference", "recorded", "broker-3.9.2"))
-    pairs = [("static-upgrade", "reference", "broker-3.9.2", "compare")]
+    pairs = [("static-upgrade", "reference", "broker-3.9.2")]
     for expected_run in ("reference", "recorded"):  # --expected recorded falls back to the reference
-        got = T.comparison_pairs(runs, expected_run).select(
-            "scenario", "expected_run", "observed_run", "role"
-        )
+        got = C.comparisons(runs, expected_run).select("scenario", "expected_run", "observed_run")
         assertDataFrameEqual(got, pairs)
     as_recorded = _runs(spark, "as-recorded", ("reference", "recorded", "broker-3.9.2"))
-    got = T.comparison_pairs(as_recorded, "recorded").select("expected_run", "observed_run")
+    got = C.comparisons(as_recorded, "recorded").select("expected_run", "observed_run")
     assertDataFrameEqual(got, [("recorded", "reference"), ("recorded", "broker-3.9.2")])
 
 
@@ -229,10 +222,14 @@ def test_diff_labels_changed_missing_unexpected_and_noise(spark: SparkSession) -
         ],
     )
     summary = spark.createDataFrame(
-        [("s1", "x", r, "g", None) for r in ("reference", "reference~2", "broker-9", "broker-8")],
-        "session_id string, scenario string, run string, group_id string, not_run_detail string",
+        [
+            ("s1", "x", r, "g", None, [], [5], False)
+            for r in ("reference", "reference~2", "broker-9", "broker-8")
+        ],
+        "session_id string, scenario string, run string, group_id string, not_run_detail string, "
+        "left_without_instance_id array<string>, join_api_versions array<int>, skip_assignment_seen boolean",
     )
-    got = T.diff_runs(facts, summary, "reference").select(
+    got = C.diff_runs(facts, summary, "reference").select(
         "observed_run",
         "aspect",
         "subject",
@@ -259,20 +256,19 @@ def test_diff_labels_changed_missing_unexpected_and_noise(spark: SparkSession) -
 
 
 def _compare(events):
-    rebalances = T.observed_rebalances(events)
-    summary = T.run_summary(events, rebalances)
-    facts = T.run_facts(events, summary, rebalances, T.member_assignments(events, rebalances))
-    pairs = T.comparison_pairs(summary, "reference")
-    diffs = explain_diffs(T.diff_runs(facts, summary, "reference"), summary)
+    runs = T.per_run(events)
+    summary, facts = T.run_summary(runs), T.run_facts(runs)
+    pairs = C.comparisons(runs, "reference")
+    diffs = C.diff_runs(facts, summary, "reference")
     return facts, pairs, summary, diffs
 
 
 def test_identical_rebalances_with_other_ids_times_and_generations_do_not_differ(spark: SparkSession) -> None:
     events = frame(spark, one_run("reference", 1) + one_run("broker-3.9.1", 41, ts_offset=777))
-    facts, pairs, summary, diffs = _compare(events)
+    facts, pairs, _summary, diffs = _compare(events)
     assert facts.count() == 2 * (1 + 2 + 4)  # count, two leaders, four assignments per run
     assert diffs.count() == 0
-    verdicts = T.session_verdicts(pairs, summary, diffs).select("observed_run", "status", "diffs")
+    verdicts = C.session_verdicts(pairs, diffs).select("observed_run", "status", "diffs")
     assertDataFrameEqual(verdicts, [("broker-3.9.1", "pass", 0)])
 
 
@@ -287,8 +283,8 @@ def test_verdicts_name_what_differs_and_fail_without_expected_run(spark: SparkSe
     ]
     orphan = [ev("broker-4.1.0", 0, "member_joined", session="s2")]
     events = frame(spark, one_run("reference", 1) + broker + orphan)
-    _, pairs, summary, diffs = _compare(events)
-    got = T.session_verdicts(pairs, summary, diffs).select(
+    _, pairs, _summary, diffs = _compare(events)
+    got = C.session_verdicts(pairs, diffs).select(
         "session_id",
         "status",
         "rebalance_count_delta",
@@ -318,7 +314,7 @@ def test_client_dimension_prefers_client_software_then_join_versions(spark: Spar
         ],
     )
     assertDataFrameEqual(
-        T.session_clients(events),
+        C.session_clients(T.per_run(events)),
         [("s1", "java/3.9.1+librdkafka/2.6.1"), ("s2", "JoinGroup v5+v9")],
     )
 
@@ -341,7 +337,7 @@ def test_matrix_counts_statuses_per_scenario_client_and_broker(spark: SparkSessi
         [("s1", "java/3.9.1"), ("s2", "java/3.9.1"), ("s3", "java/3.9.1"), ("s4", "java/3.9.1")],
         "session_id string, client string",
     )
-    got = T.compatibility_matrix(verdicts, clients).select(
+    got = C.compatibility_matrix(verdicts, clients).select(
         "observed_run",
         "broker_version",
         "sessions",
@@ -386,7 +382,7 @@ def test_a_run_not_carried_out_is_a_not_run_verdict_never_a_pass(spark: SparkSes
     not_run = summary.where("run = 'broker-2.8.2'").select("rebalance_count", "members", "not_run_detail")
     assertDataFrameEqual(not_run, [(0, 0, NOT_RUN_REASON)])
     assert diffs.where("observed_run = 'broker-2.8.2'").count() == 0, "not run is not 'everything missing'"
-    verdicts = T.session_verdicts(pairs, summary, diffs)
+    verdicts = C.session_verdicts(pairs, diffs)
     got = verdicts.select("observed_run", "status", "worst_aspect", "not_run_detail", "explanation")
     reason = f"broker-2.8.2 not run: {NOT_RUN_REASON}"
     assertDataFrameEqual(
@@ -397,7 +393,7 @@ def test_a_run_not_carried_out_is_a_not_run_verdict_never_a_pass(spark: SparkSes
         ],
     )
     clients = spark.createDataFrame([("s1", "java/3.9.1")], "session_id string, client string")
-    cells = T.compatibility_matrix(verdicts, clients).select(
+    cells = C.compatibility_matrix(verdicts, clients).select(
         "observed_run", "passed", "not_run", "worst_aspect"
     )
     assertDataFrameEqual(cells, [("broker-3.9.2", 1, 0, None), ("broker-2.8.2", 0, 1, "not run")])
@@ -407,9 +403,9 @@ def test_an_expected_run_not_carried_out_makes_every_comparison_not_run(spark: S
     events = _with_detail(
         frame(spark, [ev("reference", 0, "not_run", member=""), *one_run("broker-3.9.2", 1)])
     )
-    _, pairs, summary, diffs = _compare(events)
+    _, pairs, _summary, diffs = _compare(events)
     assert diffs.count() == 0
-    got = T.session_verdicts(pairs, summary, diffs).select("observed_run", "status")
+    got = C.session_verdicts(pairs, diffs).select("observed_run", "status")
     assertDataFrameEqual(got, [("broker-3.9.2", "not run")])
 
 

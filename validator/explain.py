@@ -16,10 +16,8 @@ Error codes are shown by name from kio's `ErrorCode` (the project's one source f
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
-
-from validator.schemas import GROUP_KEY
 
 SKIP_ASSIGNMENT_API_VERSION = 9
 """JoinGroup v9 carries `SkipAssignment` (KIP-814)."""
@@ -36,17 +34,6 @@ def error_names(codes: Column) -> Column:
             ),
         ),
         ",",
-    )
-
-
-def _context(summary: DataFrame, side: str) -> DataFrame:
-    """The summary columns the rules read, prefixed `e_` (expected run) or `o_` (observed run)."""
-    return summary.select(
-        *GROUP_KEY,
-        F.col("run").alias(f"{side}_run"),
-        F.col("left_without_instance_id").alias(f"{side}_left_dynamic"),
-        F.col("join_api_versions").alias(f"{side}_join_versions"),
-        F.col("skip_assignment_seen").alias(f"{side}_skip"),
     )
 
 
@@ -187,26 +174,3 @@ def cause_and_next_step(
             next_step
         )
     return cause, next_step
-
-
-def explain_diffs(diffs: DataFrame, summary: DataFrame) -> DataFrame:
-    """Adds `cause` and `next_step` to each diff row (small joins with the two runs' summaries)."""
-    expected = _context(summary, "e").withColumnRenamed("e_run", "expected_run")
-    observed = _context(summary, "o").withColumnRenamed("o_run", "observed_run")
-    joined = diffs.join(expected, [*GROUP_KEY, "expected_run"], "left").join(
-        observed, [*GROUP_KEY, "observed_run"], "left"
-    )
-    cause, next_step = cause_and_next_step(
-        noise=F.col("is_noise"),
-        aspect=F.col("aspect"),
-        change=F.col("change"),
-        subject=F.col("subject"),
-        ordinal=F.col("ordinal"),
-        expected_value=F.col("expected_value"),
-        observed_value=F.col("observed_value"),
-        observed_left_dynamic=F.col("o_left_dynamic"),
-        observed_join_versions=F.col("o_join_versions"),
-        expected_skip=F.col("e_skip"),
-        observed_skip=F.col("o_skip"),
-    )
-    return joined.select(*diffs.columns, cause.alias("cause"), next_step.alias("next_step"))

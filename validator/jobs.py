@@ -7,21 +7,24 @@ I/O lives here and in `validator.report`; every computation is a transform from
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from validator import compare as C
 from validator import transforms as T
-from validator.explain import explain_diffs
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
     EVENT_SCHEMA,
+    GROUP_KEY,
     JSON_READ_SCHEMA,
     READ_SCHEMA,
 )
@@ -172,8 +175,8 @@ def shuffle_partitions_for(total_bytes: int, cores: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Tables:
-    events: DataFrame
     bad_rows: DataFrame
+    runs: DataFrame
     rebalances: DataFrame
     summary: DataFrame
     diffs: DataFrame
@@ -194,85 +197,77 @@ def _rows(frame: DataFrame) -> list[dict[str, Any]]:
 
 
 def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn = _no_stage) -> ReportData:
-    """Run the whole job; raises InputError for unusable input. Writes Parquet when `out_dir`."""
+    """Run the whole job; raises InputError for unusable input. Writes Parquet when `out_dir`.
+
+    Spark work: one scan and one shuffle (by session) into ONE aggregation per run
+    (`transforms.per_run`, kept), whose first action also counts the rows per bad reason; one
+    aggregation per group pairs the runs (`compare.comparisons`), one more diffs the facts of the
+    groups whose runs differ; the Parquet writes; one final small action gathers the report data.
+    Every aggregation and join is keyed by (session_id, ...), so with
+    requireAllClusterKeysForCoPartition off (validator.session) none shuffles again.
+    """
     files = discover_inputs(options.inputs)
     partitions = shuffle_partitions_for(files.total_bytes, spark.sparkContext.defaultParallelism)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     data = ReportData(expected_run=options.expected_run, inputs=[str(p) for p in options.inputs])
     keep = StorageLevel.MEMORY_AND_DISK
 
-    with stage("read and check event rows"):
-        # One scan, one cached copy, partitioned by session: every later aggregation and join is
-        # keyed by (session_id, ...), so with requireAllClusterKeysForCoPartition off (see
-        # validator.session) they reuse this partitioning instead of shuffling again.
+    with stage("read, check and aggregate event rows per run"):
         flagged = T.flag_bad_rows(read_events(spark, files))
-        flagged = flagged.withColumn(
-            "source_file", F.when(F.col("bad_reason").isNotNull(), F.col("source_file"))
-        )
-        # Keep only what the transforms read (member_id and friends are never compared).
-        flagged = flagged.select(*USED_COLUMNS, "bad_reason", CORRUPT_RECORD_COLUMN, "source_file")
-        flagged = flagged.repartition(partitions, "session_id").persist(keep)
+        # Bad rows travel with the good ones and are counted by the same aggregation (keyed by
+        # their reason too); only their count is kept from it.
+        runs_all = T.per_run(
+            flagged.select(*USED_COLUMNS, "bad_reason").repartition(partitions, "session_id"),
+            extra_keys=("bad_reason",),
+        ).persist(keep)
         try:
-            by_reason = flagged.groupBy("bad_reason").count().collect()
+            counts = runs_all.groupBy("bad_reason", "run").agg(F.sum("event_rows").alias("rows")).collect()
         except Exception as exc:  # schema mismatch in a Parquet file, unreadable file ...
             raise InputError(f"cannot read the event files: {str(exc).splitlines()[0]}") from exc
-        data.rows_total = sum(int(r["count"]) for r in by_reason)
-        data.bad_by_reason = {r["bad_reason"]: int(r["count"]) for r in by_reason if r["bad_reason"]}
+        data.rows_total = sum(int(r["rows"]) for r in counts)
+        for r in counts:
+            if r["bad_reason"]:
+                data.bad_by_reason[r["bad_reason"]] = data.bad_by_reason.get(r["bad_reason"], 0) + int(
+                    r["rows"]
+                )
         data.rows_bad = sum(data.bad_by_reason.values())
+        data.runs = sorted({r["run"] for r in counts if not r["bad_reason"]})
         bad_rows = flagged.where(F.col("bad_reason").isNotNull()).select(
             "source_file", "bad_reason", CORRUPT_RECORD_COLUMN, "session_id", "run", "seq", "event"
         )
         if data.rows_bad:
             data.bad_samples = _rows(bad_rows.limit(BAD_ROW_SAMPLES))
-        events = flagged.where(F.col("bad_reason").isNull()).select(*USED_COLUMNS)
         if data.rows_total == data.rows_bad:
             raise InputError(
                 f"none of the {data.rows_total} event rows is usable ({_reasons(data.bad_by_reason)})"
             )
-
-    with stage("rebalances, assignments and facts per run"):
-        rebalances = _materialize(T.observed_rebalances(events))
-        summary = _materialize(T.run_summary(events, rebalances))
-        data.runs = sorted(r["run"] for r in summary.select("run").distinct().collect())
         bases = {r.split("~", 1)[0] for r in data.runs}
         if options.expected_run not in bases:
             raise InputError(
                 f"no `{options.expected_run}` run in the events (runs present: {', '.join(data.runs)}); "
                 "choose another with --expected"
             )
-        facts = T.run_facts(events, summary, rebalances, T.member_assignments(events, rebalances))
-        pairs = _materialize(T.comparison_pairs(summary, options.expected_run))
 
-    with stage("diff expected vs observed, label noise"):
-        diffs = _materialize(explain_diffs(T.diff_runs(facts, summary, options.expected_run), summary))
-        verdicts = _materialize(T.session_verdicts(pairs, summary, diffs))
-        totals = diffs.groupBy("is_noise").count().collect()
-        data.diffs_total = sum(int(r["count"]) for r in totals if not r["is_noise"])
-        data.noise_total = sum(int(r["count"]) for r in totals if r["is_noise"])
-
-    with stage("compatibility matrix"):
-        matrix = T.compatibility_matrix(verdicts, T.session_clients(events)).persist(keep)
-        data.matrix = _rows(matrix.orderBy("scenario", "client", "observed_run"))
-        data.status_counts = {
-            r["status"]: int(r["count"]) for r in verdicts.groupBy("status").count().collect()
-        }
-
-    tables = Tables(events, bad_rows, rebalances, summary, diffs, verdicts, matrix)
-    if options.out_dir is not None:
-        with stage(f"write Parquet tables to {options.out_dir}"):
+    runs = runs_all.where(F.col("bad_reason").isNull()).drop("bad_reason", "event_rows")
+    pairs = C.comparisons(runs, options.expected_run).persist(keep)
+    to_diff = runs.join(F.broadcast(C.groups_to_diff(pairs)), list(GROUP_KEY), "left_semi")
+    diffs = C.diff_runs(T.run_facts(to_diff), T.run_summary(to_diff), options.expected_run).persist(keep)
+    verdicts = C.session_verdicts(pairs, diffs).persist(keep)
+    matrix = C.compatibility_matrix(verdicts, C.session_clients(runs)).persist(keep)
+    tables = Tables(bad_rows, runs, T.observed_rebalances(runs), T.run_summary(runs), diffs, verdicts, matrix)
+    what = "diff, verdicts, matrix, report data" + (
+        f"; write Parquet tables to {options.out_dir}" if options.out_dir is not None else ""
+    )
+    # The writes and the report's two small actions are independent jobs over the same cached
+    # tables: submitted together, their driver-side latency overlaps (see write_tables).
+    with stage(what), ThreadPoolExecutor(max_workers=1, thread_name_prefix="report") as pool:
+        report = pool.submit(_collect_report, tables, data)
+        if options.out_dir is not None:
             data.tables_written = write_tables(tables, options.out_dir, include_bad=data.rows_bad > 0)
-
-    with stage("collect report data"):
-        _collect_report(tables, data)
-    flagged.unpersist()
-    matrix.unpersist()
+        report.result()
+    for frame in (runs_all, pairs, diffs, verdicts, matrix):
+        frame.unpersist()
     return data
-
-
-def _materialize(frame: DataFrame) -> DataFrame:
-    """Compute and keep `frame` once, and cut its lineage: later stages plan against a small
-    leaf instead of re-analysing the whole plan above it (planning dominated small inputs)."""
-    return frame.localCheckpoint(eager=True)
 
 
 def _reasons(by_reason: dict[str, int]) -> str:
@@ -290,50 +285,119 @@ def write_tables(tables: Tables, out_dir: Path, *, include_bad: bool) -> list[st
     }
     if include_bad:
         outputs["bad_rows"] = tables.bad_rows
-    written = []
-    for name, frame in outputs.items():
-        frame.write.mode("overwrite").parquet(str(out_dir / name))
-        written.append(name)
-    return written
+    # Independent jobs, submitted together: on small inputs each is mostly driver-side latency
+    # (planning, code generation, committing files), which overlaps; tasks share the executors.
+    with ThreadPoolExecutor(max_workers=len(outputs), thread_name_prefix="write") as pool:
+        futures = {
+            name: pool.submit(frame.write.mode("overwrite").parquet, str(out_dir / name))
+            for name, frame in outputs.items()
+        }
+        for future in futures.values():
+            future.result()
+    return list(futures)
+
+
+WORST_ORDER: tuple[str, ...] = ("session_id", "scenario", "group_id", "observed_run")
+
+
+def _worst_first(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (-(row["worst_severity"] or 0), -(row["diffs"] or 0), *(row[k] for k in WORST_ORDER))
+
+
+def _diff_order(d: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        section_key(d),
+        d["observed_run"],
+        -(d["severity"] or 0),
+        d["aspect"],
+        d["ordinal"] or 0,
+        d["subject"] or "",
+    )
+
+
+def _tagged(kind: str, frame: DataFrame) -> DataFrame:
+    """`frame`'s rows as (kind, JSON) rows, so differently shaped parts can be collected together."""
+    options = {"ignoreNullFields": "false"}
+    return frame.select(F.lit(kind).alias("kind"), F.to_json(F.struct(*frame.columns), options).alias("row"))
+
+
+def _collect_tagged(parts: list[DataFrame]) -> dict[str, list[dict[str, Any]]]:
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for collected in union.collect():
+        rows.setdefault(collected["kind"], []).append(json.loads(collected["row"]))
+    return rows
 
 
 def _collect_report(tables: Tables, data: ReportData) -> None:
-    """The worst comparisons, their diffs, run summaries and the rebalance timelines of their
-    (session, scenario, group) sections (and of each matrix cell's worst one, so every link lands)."""
-    worst_order: list[Column | str] = [
-        F.desc("worst_severity"),
-        F.desc("diffs"),
-        "session_id",
-        "scenario",
-        "group_id",
-        "observed_run",
+    """Everything the report shows, in two small actions over the cached result tables: (1) the
+    status counts, diff totals, the matrix and the worst comparisons; (2) for their (session,
+    scenario, group) sections (and each matrix cell's worst one, so every link lands) the
+    verdicts, diffs, run summaries and timelines, selected by a broadcast of those few keys.
+
+    (One action for both was slower: every part that needs the chosen keys recomputed them.)
+    """
+    spark = tables.verdicts.sparkSession
+    verdicts, matrix = tables.verdicts, tables.matrix
+    worst_order: list[Column] = [F.desc_nulls_last("worst_severity"), F.desc("diffs")] + [
+        F.col(c) for c in WORST_ORDER
     ]
-    failing = tables.verdicts.where(F.col("status") != "pass")
-    worst = _rows(failing.orderBy(*worst_order).limit(WORST_SESSIONS_IN_REPORT))
-    if not worst:  # all pass: still show a few sessions' timelines
-        worst = _rows(tables.verdicts.orderBy("session_id", "scenario", "group_id", "observed_run").limit(5))
-    data.worst = worst
-    wanted = {section_key(w) for w in worst}
+    head = _collect_tagged(
+        [
+            _tagged("status", verdicts.groupBy("status").count()),
+            _tagged("totals", tables.diffs.groupBy("is_noise").count()),
+            _tagged("matrix", matrix),
+            _tagged(
+                "failing",
+                verdicts.where(F.col("status") != "pass")
+                .orderBy(*worst_order)
+                .limit(WORST_SESSIONS_IN_REPORT),
+            ),
+            _tagged("some", verdicts.orderBy(*[F.col(c) for c in WORST_ORDER]).limit(5)),
+        ]
+    )
+    data.status_counts = {r["status"]: int(r["count"]) for r in head.get("status", [])}
+    totals = head.get("totals", [])
+    data.diffs_total = sum(int(r["count"]) for r in totals if not r["is_noise"])
+    data.noise_total = sum(int(r["count"]) for r in totals if r["is_noise"])
+    data.matrix = sorted(
+        head.get("matrix", []), key=lambda c: (c["scenario"], c["client"], c["observed_run"])
+    )
+    worst = sorted(head.get("failing", []), key=_worst_first)
+    data.worst = worst or sorted(head.get("some", []), key=lambda r: tuple(r[k] for k in WORST_ORDER))
+    wanted = {section_key(w) for w in data.worst}
     wanted |= {
         (c["worst_session"], c["scenario"], c["worst_group"]) for c in data.matrix if c["worst_session"]
     }
     if not wanted:
         return
-    spark = tables.diffs.sparkSession
     key = ["session_id", "scenario", "group_id"]
     chosen = F.broadcast(
         spark.createDataFrame(sorted(wanted), "session_id string, scenario string, group_id string")
     )
-    for row in _rows(tables.verdicts.join(chosen, key).orderBy(*worst_order)):
-        data.session_verdicts.setdefault(section_key(row), []).append(row)
-    diff_rows = _rows(
-        tables.diffs.join(chosen, key)
-        .orderBy(*key, "observed_run", F.desc("severity"), "aspect", "ordinal", "subject")
-        .limit(len(wanted) * DIFF_ROWS_PER_SESSION_IN_REPORT)
+    section = Window.partitionBy(*key).orderBy(
+        "observed_run", F.desc("severity"), "aspect", "ordinal", "subject"
     )
-    for row in diff_rows:
+    diffs = (
+        tables.diffs.join(chosen, key)
+        .withColumn("n", F.row_number().over(section))
+        .where(F.col("n") <= DIFF_ROWS_PER_SESSION_IN_REPORT)
+    )
+    details = _collect_tagged(
+        [
+            _tagged("verdict", verdicts.join(chosen, key).select(*verdicts.columns)),
+            _tagged("diff", diffs.select(*tables.diffs.columns)),
+            _tagged("timeline", tables.rebalances.join(chosen, key).select(*tables.rebalances.columns)),
+            _tagged("summary", tables.summary.join(chosen, key).select(*tables.summary.columns)),
+        ]
+    )
+    for row in sorted(details.get("verdict", []), key=_worst_first):
+        data.session_verdicts.setdefault(section_key(row), []).append(row)
+    for row in sorted(details.get("diff", []), key=_diff_order):
         data.session_diffs.setdefault(section_key(row), []).append(row)
-    for row in _rows(tables.rebalances.join(chosen, key).orderBy(*key, "run", "ordinal")):
+    for row in sorted(details.get("timeline", []), key=lambda r: (section_key(r), r["run"], r["ordinal"])):
         data.timelines.setdefault(section_key(row), []).append(row)
-    for row in _rows(tables.summary.join(chosen, key).orderBy(*key, "run")):
+    for row in sorted(details.get("summary", []), key=lambda r: (section_key(r), r["run"])):
         data.run_summaries.setdefault(section_key(row), []).append(row)
