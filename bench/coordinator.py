@@ -40,20 +40,22 @@ from replay.coordinator import (  # noqa: E402
     RequestContext,
     Respond,
 )
-from replay.coordinator import requests as Q  # noqa: E402
+from replay.member import (  # noqa: E402
+    HEARTBEAT,
+    JOIN,
+    LEAVE,
+    SYNC,
+    ClassicMember,
+    Commands,
+    JoinSettings,
+    Send,
+    WakeAt,
+    companion_versions,
+)
 
 GROUP = "bench"
-JOIN_V, SYNC_V, HB_V, LEAVE_V = 5, 3, 3, 3
-
-
-@dataclass
-class BenchMember:
-    index: int
-    instance: str | None
-    member_id: str = ""
-    generation: int = -1
-    incarnation: int = 0
-    running: bool = True
+JOIN_V = 5  # SyncGroup, Heartbeat and LeaveGroup follow (replay.member.COMPANION_VERSIONS: v3 each)
+API_NAMES = {JOIN: "join", SYNC: "sync", HEARTBEAT: "heartbeat", LEAVE: "leave"}
 
 
 @dataclass
@@ -70,126 +72,78 @@ class Result:
 
 
 def run(members: int, static: bool, heartbeat_ms: int, bounce_gap_ms: int, session_ms: int) -> Result:
+    """The members are replay's own `ClassicMember`s (join, sync, heartbeat, the Java consumer's
+    error reactions); only the time spent inside `handle`/`advance` counts as coordinator time."""
     coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=3000))
     result = Result("static" if static else "dynamic", members)
-    crew = [BenchMember(i, f"instance-{i:05d}" if static else None) for i in range(members)]
-    actions: list[tuple[int, int, Callable[[int], None]]] = []
+    join = JoinSettings(GROUP, session_ms, 30_000, "consumer", (("range", b""),))
+    crew = [
+        ClassicMember(
+            f"m{i}",
+            "bench",
+            join,
+            instance_id=f"instance-{i:05d}" if static else None,
+            api_versions=companion_versions(JOIN_V),
+            heartbeat_interval_ms=heartbeat_ms,
+        )
+        for i in range(members)
+    ]
+    actions: list[tuple[int, int, Callable[[int, Any], None], Any]] = []
     seq = 0
     correlation = 0
-    pending: dict[int, tuple[BenchMember, str, int]] = {}  # correlation -> (member, api, incarnation)
+    pending: dict[int, tuple[int, Send]] = {}  # correlation -> (member index, what it sent)
     now = 0
     perf = time.perf_counter
 
-    def at(t: int, action: Callable[[int], None]) -> None:
+    def at(t: int, action: Callable[[int, Any], None], arg: Any) -> None:
         nonlocal seq
         seq += 1
-        heapq.heappush(actions, (t, seq, action))
+        heapq.heappush(actions, (t, seq, action, arg))
+
+    def apply(index: int, commands: Commands) -> None:
+        for command in commands:
+            if type(command) is WakeAt:
+                at(command.at_ms, wake, (index, command))
+            elif type(command) is Send:
+                send(index, command)  # type: ignore[arg-type]
+
+    def wake(t: int, arg: tuple[int, WakeAt]) -> None:
+        apply(arg[0], crew[arg[0]].on_wake(t, arg[1]))
 
     def outputs(outs: list[Any]) -> None:
         for out in outs:
             if type(out) is Respond:
-                on_response(out.context.correlation_id, out.response)
+                index, sent = pending.pop(out.context.correlation_id)
+                apply(index, crew[index].on_response(now, sent, out.response))
             elif type(out) is GroupEvent and out.event.value == "rebalance_started":
                 result.rebalances += 1
 
-    def send(member: BenchMember, api: str, api_version: int, request: Any) -> None:
+    def send(index: int, command: Send) -> None:
         nonlocal correlation
         correlation += 1
-        pending[correlation] = (member, api, member.incarnation)
-        ctx = RequestContext(member.index, "bench", "/10.0.0.1", api_version, correlation)
+        pending[correlation] = (index, command)
+        ctx = RequestContext(index, "bench", "/10.0.0.1", command.api_version, correlation)
         result.requests += 1
-        result.counts[api] = result.counts.get(api, 0) + 1
+        name = API_NAMES[command.api_key]
+        result.counts[name] = result.counts.get(name, 0) + 1
         started = perf()
-        outs = coordinator.handle(now, ctx, request)
+        outs = coordinator.handle(now, ctx, command.request)
         result.coordinator_s += perf() - started
         outputs(outs)
 
-    def join(member: BenchMember) -> None:
-        send(
-            member,
-            "join",
-            JOIN_V,
-            Q.join_group(
-                JOIN_V,
-                GROUP,
-                member.member_id,
-                group_instance_id=member.instance,
-                session_timeout_ms=session_ms,
-                rebalance_timeout_ms=30_000,
-            ),
-        )
+    def start(t: int, index: int) -> None:
+        apply(index, crew[index].start(t))
 
-    def heartbeat_loop(member: BenchMember, incarnation: int) -> Callable[[int], None]:
-        def beat(t: int) -> None:
-            if member.incarnation != incarnation or not member.running or not member.member_id:
-                return
-            send(
-                member,
-                "heartbeat",
-                HB_V,
-                Q.heartbeat(
-                    HB_V, GROUP, member.generation, member.member_id, group_instance_id=member.instance
-                ),
-            )
-            at(t + heartbeat_ms, beat)
+    def bounce(t: int, index: int) -> None:
+        """A restart: a dynamic member leaves first; a static one just comes back (KIP-345)."""
+        apply(index, crew[index].stop(t, leave=not static))
+        apply(index, crew[index].start(t))
 
-        return beat
-
-    def on_response(cid: int, response: Any) -> None:
-        member, api, incarnation = pending.pop(cid)
-        if incarnation != member.incarnation:
-            return
-        code = int(response.error_code) if hasattr(response, "error_code") else 0
-        if api == "join":
-            if code == 79:  # MEMBER_ID_REQUIRED
-                member.member_id = response.member_id
-                at(now, lambda t, m=member: join(m))
-            elif code == 0:
-                member.member_id = response.member_id
-                member.generation = int(response.generation_id)
-                assignments = {m.member_id: b"" for m in response.members}
-                at(
-                    now,
-                    lambda t, m=member, a=assignments: send(
-                        m,
-                        "sync",
-                        SYNC_V,
-                        Q.sync_group(
-                            SYNC_V,
-                            GROUP,
-                            m.generation,
-                            m.member_id,
-                            group_instance_id=m.instance,
-                            assignments=a,
-                        ),
-                    ),
-                )
-        elif api == "sync":
-            if code == 0:
-                at(now + heartbeat_ms, heartbeat_loop(member, member.incarnation))
-            elif code == 27:  # REBALANCE_IN_PROGRESS: rejoin
-                at(now, lambda t, m=member: join(m))
-        elif api == "heartbeat" and code == 27:
-            member.incarnation += 1
-            at(now, lambda t, m=member: join(m))
-
-    def bounce(member: BenchMember) -> Callable[[int], None]:
-        def restart(t: int) -> None:
-            member.incarnation += 1
-            if not static:
-                send(member, "leave", LEAVE_V, Q.leave_group(LEAVE_V, GROUP, [(member.member_id, None)]))
-                member.member_id = ""
-            else:
-                member.member_id = ""  # a restarted static member forgets its member id
-            join(member)
-
-        return restart
-
-    for member in crew:
-        at(0, lambda t, m=member: join(m))
+    for index in range(members):
+        at(0, start, index)
     bounce_start = 60_000
-    for i, member in enumerate(crew):
-        at(bounce_start + i * bounce_gap_ms, bounce(member))
+    for index in range(members):
+        at(bounce_start + index * bounce_gap_ms, bounce, index)
     end = bounce_start + members * bounce_gap_ms + 30_000
 
     wall_started = perf()
@@ -207,11 +161,11 @@ def run(members: int, static: bool, heartbeat_ms: int, bounce_gap_ms: int, sessi
             result.coordinator_s += perf() - started
             outputs(outs)
             continue
-        t, _, action = heapq.heappop(actions)
+        t, _, action, arg = heapq.heappop(actions)
         now = max(now, t)
         if now > end:
             break
-        action(now)
+        action(now, arg)
     result.wall_s = perf() - wall_started
     result.virtual_ms = now
     result.generations = coordinator.groups[GROUP].generation_id
@@ -220,9 +174,14 @@ def run(members: int, static: bool, heartbeat_ms: int, bounce_gap_ms: int, sessi
 
 def baseline(requests: int) -> float:
     """Seconds to build `requests` kio HeartbeatRequests (the floor of per-request work)."""
+    from kio.schema.heartbeat.v3.request import HeartbeatRequest
+    from kio.static.primitive import i32
+
     started = time.perf_counter()
     for i in range(requests):
-        Q.heartbeat(HB_V, GROUP, 1, f"m-{i & 1023}", group_instance_id=None)
+        HeartbeatRequest(
+            group_id=GROUP, generation_id=i32(1), member_id=f"m-{i & 1023}", group_instance_id=None
+        )
     return time.perf_counter() - started
 
 

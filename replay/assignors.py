@@ -21,6 +21,7 @@ metadata). Output: member id -> ConsumerProtocolAssignment bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import Final
 
 from proxy.wire.consumer_protocol import decode_subscription_topics, encode_assignment
@@ -36,7 +37,9 @@ def member_order(member_id: str, group_instance_id: str | None) -> tuple[int, st
     return (0, group_instance_id) if group_instance_id else (1, member_id)
 
 
-def _topics_of(metadata: bytes) -> tuple[str, ...]:
+@lru_cache(maxsize=4096)
+def subscribed_topics(metadata: bytes) -> tuple[str, ...]:
+    """A subscription's topics (members of one group mostly send the same bytes: cached)."""
     try:
         return decode_subscription_topics(metadata)
     except ValueError:
@@ -48,7 +51,7 @@ def range_assign(subscriptions: Subscriptions, topics: Topics) -> Assignment:
     assignment: Assignment = {member_id: [] for member_id in subscriptions}
     consumers_per_topic: dict[str, list[tuple[tuple[int, str], str]]] = {}
     for member_id, (instance_id, metadata) in subscriptions.items():
-        for topic in _topics_of(metadata):
+        for topic in subscribed_topics(metadata):
             consumers_per_topic.setdefault(topic, []).append(
                 (member_order(member_id, instance_id), member_id)
             )
@@ -69,7 +72,9 @@ def range_assign(subscriptions: Subscriptions, topics: Topics) -> Assignment:
 def roundrobin_assign(subscriptions: Subscriptions, topics: Topics) -> Assignment:
     """RoundRobinAssignor.assign: a CircularIterator over the sorted members."""
     assignment: Assignment = {member_id: [] for member_id in subscriptions}
-    subscribed = {member_id: set(_topics_of(metadata)) for member_id, (_, metadata) in subscriptions.items()}
+    subscribed = {
+        member_id: set(subscribed_topics(metadata)) for member_id, (_, metadata) in subscriptions.items()
+    }
     members = [m for _, m in sorted((member_order(m, i), m) for m, (i, _) in subscriptions.items())]
     if not members:
         return assignment

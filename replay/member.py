@@ -34,11 +34,10 @@ from proxy.wire import ApiKey, CodecError, request_schema
 from proxy.wire.consumer_protocol import (
     decode_assignment,
     decode_subscription,
-    decode_subscription_topics,
     encode_subscription,
 )
 from proxy.wire.convert import convert
-from replay.assignors import STICKY_PROTOCOLS, assign
+from replay.assignors import STICKY_PROTOCOLS, assign, subscribed_topics
 from replay.sticky import cooperative_user_data, sticky_user_data
 
 JOIN: Final = int(ApiKey.JOIN_GROUP)
@@ -250,9 +249,14 @@ def from_values(cls: type[Any], values: Mapping[str, Any]) -> Any:
 
 
 def entity(api_key: int, api_version: int, values: Mapping[str, Any]) -> Any:
-    """A request entity of `api_version` from plain values given for the newest version."""
-    newest = from_values(request_schema(api_key, NEWEST[api_key]), values)
-    return newest if api_version == NEWEST[api_key] else convert(newest, api_version).entity
+    """A request entity of `api_version` from plain values given for the newest version.
+
+    JoinGroup and LeaveGroup go through `proxy.wire.convert`, whose adapters carry a field's
+    meaning across versions (v0's session timeout doubling as rebalance timeout, LeaveGroup's
+    one member before v3); SyncGroup and Heartbeat only lose fields, so they are built directly."""
+    if api_key in (SYNC, HEARTBEAT) or api_version == NEWEST[api_key]:
+        return from_values(request_schema(api_key, api_version), values)
+    return convert(from_values(request_schema(api_key, NEWEST[api_key]), values), api_version).entity
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,7 +427,7 @@ class ClassicMember:
         }
         topics = dict(self.topics)
         for _, metadata in subscriptions.values():
-            for topic in _topics(metadata):
+            for topic in subscribed_topics(metadata):
                 topics.setdefault(topic, 0)
         return assign(protocol_name or "range", subscriptions, topics)
 
@@ -532,13 +536,6 @@ class ClassicMember:
 def _topic_partition(name: str) -> tuple[str, int]:
     topic, _, partition = name.rpartition("-")
     return topic, int(partition)
-
-
-def _topics(metadata: bytes) -> tuple[str, ...]:
-    try:
-        return decode_subscription_topics(metadata)
-    except ValueError:
-        return ()
 
 
 def _duration(ms: int) -> Any:
