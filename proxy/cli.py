@@ -12,7 +12,10 @@ import sys
 from typing import Any
 
 from proxy.server import ProxyConfig, ProxyServer, parse_hostport
+from proxy.upstream import describe_upstream
 from proxy.wire import DEFAULT_MAX_FRAME_BYTES
+
+log = logging.getLogger("group_replay.proxy")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,13 +55,24 @@ def _load_policy(path: str) -> Any:
 
 async def _run(config: ProxyConfig, record: str | None) -> None:
     recorder = None
+    upstream = "{}:{}".format(*config.upstream)
+    # Once at start: is the upstream there, and (for the capture) what are its group settings?
+    settings = await describe_upstream(*config.upstream)
+    if settings.unknown_reason is not None:
+        log.warning("upstream group settings unknown: %s", settings.unknown_reason)
+    else:
+        log.info(
+            "upstream %s: Kafka %s, group settings %s", upstream, settings.broker_version, settings.configs
+        )
     if record:
         from proxy.capture.writer import CaptureWriter
 
         recorder = CaptureWriter(
-            record, upstream=f"{config.upstream[0]}:{config.upstream[1]}", policy=config.policy.name
+            record, upstream=upstream, policy=config.policy.name, group_settings=settings
         )
     server = ProxyServer(config, recorder)
+    if settings.broker_version is None:  # nothing answered: per-client failures now report with backoff
+        server.upstream_failed(config.upstream, settings.unknown_reason or "no answer")
     try:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -72,6 +86,22 @@ async def _run(config: ProxyConfig, record: str | None) -> None:
         await server.close()
         if recorder is not None:
             recorder.close()
+        _print_summary(server, recorder)
+
+
+def _print_summary(server: ProxyServer, recorder: Any | None) -> None:
+    stats = server.summary()
+    line = (
+        f"proxy stopped: {stats.connections} connections, {stats.requests + stats.responses} frames "
+        f"({stats.requests} requests), {stats.group_requests} group API requests, {stats.rewrites} rewrites, "
+        f"{stats.closed_on_error} connections closed on bad input"
+    )
+    if recorder is not None:
+        size = recorder.path.stat().st_size if recorder.path.exists() else 0
+        line += f"; capture {recorder.path} ({size} bytes)"
+        if recorder.error is not None:
+            line += f"; capture writer error: {recorder.error}"
+    print(line, flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -101,6 +131,8 @@ def main(argv: list[str]) -> int:
             return 2
     try:
         asyncio.run(_run(config, args.record))
+    except KeyboardInterrupt:  # a second Ctrl-C while shutting down
+        return 130
     except OSError as exc:
         print(f"group-replay proxy: {exc}", file=sys.stderr)
         return 2

@@ -51,6 +51,63 @@ class ProxyConfig:
     policy: RewritePolicy = field(default_factory=PassThrough)
 
 
+@dataclass
+class ProxyStats:
+    """What the proxy relayed (the summary printed when it stops)."""
+
+    connections: int = 0
+    requests: int = 0
+    responses: int = 0
+    group_requests: int = 0
+    rewrites: int = 0
+    closed_on_error: int = 0
+
+    def add(self, session: ProxySession) -> None:
+        self.requests += session.requests
+        self.responses += session.responses
+        self.group_requests += session.group_requests
+        self.rewrites += session.rewrites
+
+
+class UpstreamHealth:
+    """Reports an unreachable upstream once, then with exponential backoff (not per client retry).
+
+    `failed(now_s, address, error)` returns the line to log, or None while within the backoff;
+    `succeeded()` returns a "reachable again" line after failures. Time is passed in.
+    """
+
+    FIRST_BACKOFF_S = 1.0
+    MAX_BACKOFF_S = 60.0
+
+    def __init__(self) -> None:
+        self.failures = 0  # since the last report
+        self.total_failures = 0
+        self._next_report_s: float | None = None
+        self._backoff_s = self.FIRST_BACKOFF_S
+
+    def failed(self, now_s: float, address: str, error: str) -> str | None:
+        self.failures += 1
+        self.total_failures += 1
+        if self._next_report_s is not None and now_s < self._next_report_s:
+            return None
+        line = f"upstream {address} unreachable: {error}"
+        if self.failures > 1:
+            line += f" ({self.failures} connection attempts failed since the last report)"
+        line += f"; next report in {self._backoff_s:.0f} s at the earliest"
+        self._next_report_s = now_s + self._backoff_s
+        self._backoff_s = min(self._backoff_s * 2, self.MAX_BACKOFF_S)
+        self.failures = 0
+        return line
+
+    def succeeded(self, address: str) -> str | None:
+        if self._next_report_s is None:
+            return None
+        self._next_report_s = None
+        self._backoff_s = self.FIRST_BACKOFF_S
+        self.failures = 0
+        return f"upstream {address} reachable again"
+
+
 class ProxyServer:
     """Listens, relays, and (with `recorder`) hands every frame to the capture writer."""
 
@@ -64,6 +121,28 @@ class ProxyServer:
         self.connections: dict[int, _ClientSide] = {}
         self.addresses = AddressRewriter(self)
         self.bootstrap: tuple[str, int] | None = None
+        self.stats = ProxyStats()
+        self.health: dict[tuple[str, int], UpstreamHealth] = {}
+
+    def upstream_failed(self, upstream: tuple[str, int], error: str) -> None:
+        line = self.health.setdefault(upstream, UpstreamHealth()).failed(
+            time.monotonic(), "{}:{}".format(*upstream), error
+        )
+        if line is not None:
+            log.warning("%s", line)
+
+    def upstream_reached(self, upstream: tuple[str, int]) -> None:
+        health = self.health.get(upstream)
+        line = health.succeeded("{}:{}".format(*upstream)) if health is not None else None
+        if line is not None:
+            log.info("%s", line)
+
+    def summary(self) -> ProxyStats:
+        """Totals over closed and still-open connections."""
+        totals = ProxyStats(**vars(self.stats))
+        for connection in self.connections.values():
+            totals.add(connection.session)
+        return totals
 
     @property
     def advertised_host(self) -> str:
@@ -165,6 +244,7 @@ class _ClientSide(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections[self.conn] = self
+        self.server.stats.connections += 1
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -181,8 +261,10 @@ class _ClientSide(asyncio.Protocol):
         try:
             transport, _ = await loop.create_connection(lambda: _UpstreamSide(self), host, port)
         except OSError as exc:
-            self.abort(f"upstream {host}:{port} unreachable: {exc}")
+            self.server.upstream_failed(self.upstream_address, str(exc))
+            self.abort(f"upstream {host}:{port} unreachable: {exc}", quiet=True)
             return
+        self.server.upstream_reached(self.upstream_address)
         if self.closing:
             transport.close()
             return
@@ -199,7 +281,7 @@ class _ClientSide(asyncio.Protocol):
         return None  # close our side; connection_lost closes the upstream
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.pop(self.conn, None)
+        self._forget()
         if not self.closing:
             self.closing = True
             log.debug("conn %d: client %s closed the connection", self.conn, self.peer)
@@ -238,6 +320,7 @@ class _ClientSide(asyncio.Protocol):
                 assert self.client is not None
                 self.client.write(command.data)
             elif type(command) is Close:
+                self.server.stats.closed_on_error += 1
                 self.abort(command.reason)
                 return
         recorder = self.recorder
@@ -266,18 +349,30 @@ class _ClientSide(asyncio.Protocol):
         if self.recorder is not None:
             self.recorder.close_connection(self.conn, time.time_ns(), reason)
 
-    def abort(self, reason: str) -> None:
-        """Close this connection (both sides) because of `reason`; logged once."""
+    def _forget(self) -> None:
+        """Take this connection out of the server's table, its counters into the totals (once)."""
+        if self.server.connections.pop(self.conn, None) is not None:
+            self.server.stats.add(self.session)
+
+    def abort(self, reason: str, quiet: bool = False) -> None:
+        """Close this connection (both sides) because of `reason`; logged once (`quiet`: at debug
+        level, when the server already reports the cause with backoff)."""
         if self.closing:
             return
         self.closing = True
-        log.warning("conn %d (client %s): closing: %s", self.conn, self.peer, reason)
+        log.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "conn %d (client %s): closing: %s",
+            self.conn,
+            self.peer,
+            reason,
+        )
         self._record_close(reason)
         if self.upstream is not None:
             self.upstream.abort()
         if self.client is not None:
             self.client.abort()
-        self.server.connections.pop(self.conn, None)
+        self._forget()
 
     # -- upstream side ------------------------------------------------------------------------
 
@@ -301,7 +396,7 @@ class _ClientSide(asyncio.Protocol):
         self._record_close(f"upstream closed the connection{detail}")
         if self.client is not None:
             self.client.close()
-        self.server.connections.pop(self.conn, None)
+        self._forget()
 
 
 class _UpstreamSide(asyncio.Protocol):

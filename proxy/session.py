@@ -365,6 +365,11 @@ class ProxySession:
         self.client_id: str | None = None
         self._raw_client_id: bytes | None = None  # client_id's bytes, to decode it once per change
         self._now_ns = 0
+        # Counters for the proxy's summary (kept per run of frames, not per frame, on the fast path).
+        self.requests = 0
+        self.responses = 0
+        self.group_requests = 0
+        self.rewrites = 0
         self._events: list[Command] = []
         self._request_prefix = (0, 0, 0)
         self._response_for: PendingRequest | None = None
@@ -430,6 +435,7 @@ class ProxySession:
         client_id = self.client_id
         now_ns = self._now_ns
         maximum = self._max_frame_bytes
+        before = len(pending)
         while n - pos >= 12:
             size, api_key, api_version, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -437,6 +443,7 @@ class ProxySession:
                 break
             append((api_key, api_version, correlation_id, client_id, api_version, None, now_ns))
             pos = end
+        self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
             self.table.trim()
         return pos
@@ -449,6 +456,7 @@ class ProxySession:
         popleft = pending.popleft
         address_keys = self._address_keys
         maximum = self._max_frame_bytes
+        before = len(pending)
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -459,6 +467,7 @@ class ProxySession:
                 break
             popleft()
             pos = end
+        self.responses += before - len(pending)
         return pos
 
     def _scan_recorded_requests(self, data: bytes, pos: int, n: int) -> int:
@@ -474,6 +483,7 @@ class ProxySession:
         raw_client_id = self._raw_client_id
         now_ns = self._now_ns
         maximum = self._max_frame_bytes
+        before = len(pending)
         while n - pos >= 14:
             size, api_key, api_version, correlation_id, client_id_len = unpack(data, pos)
             end = pos + 4 + size
@@ -507,6 +517,7 @@ class ProxySession:
             pos = end
         self.client_id = client_id
         self._raw_client_id = raw_client_id
+        self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
             self.table.trim()
         return pos
@@ -521,6 +532,7 @@ class ProxySession:
         now_ns = self._now_ns
         address_keys = self._address_keys
         maximum = self._max_frame_bytes
+        before = len(pending)
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -538,6 +550,7 @@ class ProxySession:
                 )
             )  # fmt: skip
             pos = end
+        self.responses += before - len(pending)
         return pos
 
     # -- requests ------------------------------------------------------------------------------
@@ -558,6 +571,7 @@ class ProxySession:
             self._request_prefix = (api_key, api_version, correlation_id)
             return True, hold
         # Opaque: the prefix is all the proxy reads; the request is paired here and now.
+        self.requests += 1
         self.table.add(
             PendingRequest(
                 api_key, api_version, correlation_id, self.client_id, api_version, None, self._now_ns
@@ -573,11 +587,14 @@ class ProxySession:
         header = peek_request_header(payload)
         self.client_id = header.client_id
         self._raw_client_id = None
+        self.requests += 1
         if api_key in GROUP_API_KEYS:
+            self.group_requests += 1
             group_id = request_group_id(api_key, decode_request_body(header, payload))
         if not self._passthrough and self.policy.wants_request(api_key, api_version):
             upstream_payload = self.policy.on_request(header, payload)
             if upstream_payload is not payload:
+                self.rewrites += 1
                 upstream_version = peek_request_prefix(upstream_payload)[1]
         self.table.add(
             PendingRequest(
@@ -608,6 +625,7 @@ class ProxySession:
         if size < 4:
             raise ProtocolViolation(f"truncated response header ({size} bytes)")
         request = self.table.pop(peek_correlation_id(source, offset))
+        self.responses += 1
         self._response_for = request
         self._response_policy = self._passthrough is False and self.policy.wants_response(request)
         hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)
@@ -623,6 +641,8 @@ class ProxySession:
             rewritten = self.addresses.rewrite_response(request.api_key, request.api_version, client_payload)
             if rewritten is not None:
                 client_payload = rewritten
+        if client_payload is not payload:
+            self.rewrites += 1
         if self.record:
             self._events.append(
                 Record(

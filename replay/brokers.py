@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from proxy.wire.apis import ApiKey
+from proxy.upstream import broker_version_label  # one table, shared with the recording proxy
 from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 
 # Kafka's GroupCoordinatorConfig defaults (the reference coordinator's CoordinatorConfig defaults).
@@ -76,55 +76,6 @@ def group_settings(recorded: Any | None) -> GroupSettingsView:
         source = "Kafka defaults"
     new_coordinator = getattr(recorded, "new_coordinator", None) if recorded is not None else None
     return GroupSettingsView(new_coordinator=new_coordinator, source=source, **values)
-
-
-# Newest request version per API in each Kafka release line, from Kafka's message JSON
-# (clients/src/main/resources/common/message/*Request.json `validVersions` at the release tags;
-# "trunk-2024-10" is the tree after 3.8, i.e. 3.9 and later). Produce, Fetch, ListOffsets,
-# Metadata, OffsetCommit, OffsetFetch, FindCoordinator, JoinGroup, ApiVersions, CreateTopics.
-_FINGERPRINT_APIS: Final = (
-    ApiKey.PRODUCE,
-    ApiKey.FETCH,
-    ApiKey.LIST_OFFSETS,
-    ApiKey.METADATA,
-    ApiKey.OFFSET_COMMIT,
-    ApiKey.OFFSET_FETCH,
-    ApiKey.FIND_COORDINATOR,
-    ApiKey.JOIN_GROUP,
-    ApiKey.API_VERSIONS,
-    ApiKey.CREATE_TOPICS,
-)
-_RELEASES: Final[tuple[tuple[str, tuple[int, ...]], ...]] = (
-    ("2.2", (7, 10, 5, 7, 6, 5, 2, 4, 2, 3)),
-    ("2.3", (7, 11, 5, 8, 7, 5, 2, 5, 2, 3)),
-    ("2.4", (8, 11, 5, 9, 8, 6, 3, 6, 3, 5)),
-    ("2.5", (8, 11, 5, 9, 8, 7, 3, 7, 3, 5)),
-    ("2.6", (8, 11, 5, 9, 8, 7, 3, 7, 3, 5)),
-    ("2.7", (8, 12, 5, 9, 8, 7, 3, 7, 3, 6)),
-    ("2.8", (9, 12, 6, 11, 8, 7, 3, 7, 3, 7)),
-    ("3.0", (9, 12, 7, 11, 8, 8, 4, 7, 3, 7)),
-    ("3.1", (9, 13, 7, 12, 8, 8, 4, 7, 3, 7)),
-    ("3.2", (9, 13, 7, 12, 8, 8, 4, 9, 3, 7)),
-    ("3.3", (9, 13, 7, 12, 8, 8, 4, 9, 3, 7)),
-    ("3.4", (9, 13, 7, 12, 8, 8, 4, 9, 3, 7)),
-    ("3.5", (9, 15, 8, 12, 8, 8, 4, 9, 3, 7)),
-    ("3.6", (9, 15, 8, 12, 9, 8, 4, 9, 3, 7)),
-    ("3.7", (10, 16, 8, 12, 9, 9, 4, 9, 3, 7)),
-    ("3.8", (11, 16, 8, 12, 9, 9, 5, 9, 3, 7)),
-)
-
-
-def broker_version_label(ranges: dict[int, tuple[int, int]]) -> str:
-    """The Kafka release line(s) whose newest versions a broker's ApiVersions match: "2.8",
-    "3.2-3.4" when releases look alike, "3.9+" past the newest line we know."""
-    seen = tuple(ranges.get(int(api), (0, -1))[1] for api in _FINGERPRINT_APIS)
-    exact = [name for name, versions in _RELEASES if versions == seen]
-    if exact:
-        return exact[0] if len(exact) == 1 else f"{exact[0]}-{exact[-1]}"
-    older = [name for name, versions in _RELEASES if all(v <= s for v, s in zip(versions, seen, strict=True))]
-    if older and older[-1] == _RELEASES[-1][0]:
-        return "3.9+"
-    return f"{older[-1]}+" if older else "unknown"
 
 
 def run_name_for(version: str) -> str:

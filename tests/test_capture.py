@@ -49,7 +49,8 @@ def test_round_trip(tmp_path: Path) -> None:
     _write(path)
     capture = read_capture(path)
     assert capture.damage is None
-    assert capture.header["upstream"] == "broker:9092" and capture.header["format_version"] == 1
+    assert capture.header["upstream"] == "broker:9092" and capture.header["format_version"] == 2
+    assert capture.group_settings is None  # the writer was not given any
     client = [f for f in capture.frames if f.leg == "client"]
     upstream = [f for f in capture.frames if f.leg == "upstream"]
     assert [(f.conn, f.direction, f.api_key, f.correlation_id) for f in client] == [

@@ -6,6 +6,8 @@ background thread (design section 3) ships batches of frames to a writer process
 writes the pcapng, so that packet synthesis never competes with the event loop for the GIL.
 """
 
-CAPTURE_FORMAT = "group-replay-capture"
-CAPTURE_FORMAT_VERSION = 1
+from proxy.capture.header import CAPTURE_FORMAT, CAPTURE_FORMAT_VERSION
+
 KAFKA_PORT = 9092  # the synthesized server port, so that Wireshark's Kafka dissector picks it up
+
+__all__ = ["CAPTURE_FORMAT", "CAPTURE_FORMAT_VERSION", "KAFKA_PORT"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.capture import CAPTURE_FORMAT
+from proxy.capture.header import GroupSettings, SectionHeader, decode_section_header
 from proxy.capture.pcapng import CaptureFormatError, parse, tcp_payload
 from proxy.wire import CodecError, decode_request, decode_response
 
@@ -23,6 +23,7 @@ __all__ = [
     "CapturedFrame",
     "Connection",
     "Exchange",
+    "GroupSettings",
     "exchanges",
     "read_capture",
 ]
@@ -62,6 +63,7 @@ class Capture:
     frames: list[CapturedFrame]
     damage: str | None  # None when the file ended cleanly
     connections: dict[int, Connection] = field(default_factory=dict)
+    group_settings: GroupSettings | None = None  # the recorded broker's (AGREED #2); None if not asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,16 +93,14 @@ class Exchange:
 def read_capture(path: str | Path) -> Capture:
     data = Path(path).read_bytes()
     section, packets, damage = parse(data)
-    header: dict[str, Any] = {}
+    section_header: SectionHeader | None = None
     for comment in section.comments:
-        try:
-            candidate = json.loads(comment)
-        except ValueError:
-            continue
-        if isinstance(candidate, dict) and candidate.get("format") == CAPTURE_FORMAT:
-            header = candidate
-    if not header:
+        section_header = decode_section_header(comment) or section_header
+    if section_header is None:
         raise CaptureFormatError(f"{path}: not a group-replay capture (no section header comment)")
+    header = section_header.as_dict()
+    if section_header.damage:
+        damage = f"section header: {section_header.damage}"
     names = [interface.name for interface in section.interfaces]
     frames: list[CapturedFrame] = []
     connections: dict[int, Connection] = {}
@@ -188,7 +188,13 @@ def read_capture(path: str | Path) -> Capture:
                 break
     if current is not None:
         damage = damage or f"the capture ends inside a frame of connection {current[0]['conn']}"
-    return Capture(header=header, frames=frames, damage=damage, connections=connections)
+    return Capture(
+        header=header,
+        frames=frames,
+        damage=damage,
+        connections=connections,
+        group_settings=section_header.group_settings,
+    )
 
 
 def exchanges(capture: Capture, leg: str = "client") -> list[Exchange]:

@@ -51,7 +51,8 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.utils import RawPcapNgWriter
 
-from proxy.capture import CAPTURE_FORMAT, CAPTURE_FORMAT_VERSION, KAFKA_PORT
+from proxy.capture import KAFKA_PORT
+from proxy.capture.header import GroupSettings, encode_section_header
 from proxy.session import Record
 from proxy.wire import ApiKey, FrameError, peek_request_header, response_header_size
 
@@ -547,17 +548,21 @@ class CaptureWriter:
     what the proxy has queued beyond that, and the server stops reading clients when it is high.
     """
 
-    def __init__(self, path: str | Path, *, upstream: str, policy: str = "pass-through") -> None:
-        self.path = Path(path)
-        self.header = {
-            "format": CAPTURE_FORMAT,
-            "format_version": CAPTURE_FORMAT_VERSION,
-            "tool_version": tool_version(),
-            "upstream": upstream,
-            "policy": policy,
-        }
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        upstream: str,
+        policy: str = "pass-through",
+        group_settings: GroupSettings | None = None,
+    ) -> None:
+        # Absolute: the writer process runs in the package's directory, not the caller's.
+        self.path = Path(path).absolute()
+        comment = encode_section_header(
+            tool_version=tool_version(), upstream=upstream, policy=policy, group_settings=group_settings
+        )
         with self.path.open("wb") as handle:  # fails here, in the caller, on a bad path
-            handle.write(_PcapNgBlocks(handle).header_blocks(json.dumps(self.header, separators=(",", ":"))))
+            handle.write(_PcapNgBlocks(handle).header_blocks(comment))
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # tuples, Records, lists, None
         self.queued_bytes = 0  # written by the event loop thread only
         self.written_bytes = 0  # reported by the writer process

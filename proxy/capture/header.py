@@ -1,0 +1,211 @@
+"""The capture's section-header comment: one JSON object, declared and versioned here.
+
+The writer encodes it (`encode_section_header`) and the reader decodes it
+(`decode_section_header`); nothing else spells its keys. Format version 1 has `format`,
+`format_version`, `tool_version`, `upstream` and `policy`; version 2 adds
+`upstream_group_config` (AGREED #2): the recorded broker's group settings, asked for when the
+recording started (`proxy.upstream.describe_upstream`). Decoding validates every field it uses:
+a wrong type is reported in `SectionHeader.damage`, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
+
+CAPTURE_FORMAT: Final = "group-replay-capture"
+CAPTURE_FORMAT_VERSION: Final = 2  # 2: upstream_group_config
+GROUP_CONFIG_KEY: Final = "upstream_group_config"
+
+# Broker configs asked for with DescribeConfigs (Kafka's GroupCoordinatorConfig names).
+GROUP_CONFIG_NAMES: Final = (
+    "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.max.size",
+    "group.coordinator.new.enable",
+    "group.coordinator.rebalance.protocols",
+    "group.consumer.migration.policy",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """The recorded broker's group settings (AGREED #2); None where unknown.
+
+    `broker_version` is the release range ApiVersions implies ("3.2-3.4", "3.9+"): Kafka
+    advertises no exact version on the wire. `configs` holds the raw DescribeConfigs values;
+    `unknown_reason` says why the settings are unknown (unreachable, refused by an ACL, ...).
+    """
+
+    initial_rebalance_delay_ms: int | None = None
+    min_session_timeout_ms: int | None = None
+    max_session_timeout_ms: int | None = None
+    max_size: int | None = None
+    new_coordinator: bool | None = None
+    consumer_migration_policy: str | None = None
+    broker_version: str | None = None
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+    unknown_reason: str | None = None
+
+    @classmethod
+    def from_configs(
+        cls, configs: Mapping[str, str | None], broker_version: str | None, reason: str | None = None
+    ) -> GroupSettings:
+        """Settings from DescribeConfigs values (names as in Kafka's GroupCoordinatorConfig)."""
+
+        def number(name: str) -> int | None:
+            value = configs.get(name)
+            try:
+                return None if value is None else int(value)
+            except ValueError:
+                return None
+
+        new_enable = configs.get("group.coordinator.new.enable")
+        protocols = configs.get("group.coordinator.rebalance.protocols")
+        new_coordinator: bool | None
+        if new_enable is not None:
+            new_coordinator = new_enable.strip().lower() == "true"
+        elif protocols is not None and "consumer" in protocols.split(","):
+            new_coordinator = True  # the consumer protocol runs only on the new coordinator (KIP-848)
+        elif configs and protocols is None:
+            new_coordinator = False  # before 3.7 there is only the classic coordinator
+        else:
+            new_coordinator = None
+        return cls(
+            initial_rebalance_delay_ms=number("group.initial.rebalance.delay.ms"),
+            min_session_timeout_ms=number("group.min.session.timeout.ms"),
+            max_session_timeout_ms=number("group.max.session.timeout.ms"),
+            max_size=number("group.max.size"),
+            new_coordinator=new_coordinator,
+            consumer_migration_policy=configs.get("group.consumer.migration.policy"),
+            broker_version=broker_version,
+            configs=dict(configs),
+            unknown_reason=reason,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {info.name: _plain(getattr(self, info.name)) for info in fields(self)}
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+_GROUP_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "initial_rebalance_delay_ms": (int,),
+    "min_session_timeout_ms": (int,),
+    "max_session_timeout_ms": (int,),
+    "max_size": (int,),
+    "new_coordinator": (bool,),
+    "consumer_migration_policy": (str,),
+    "broker_version": (str,),
+    "unknown_reason": (str,),
+}
+
+
+def _group_settings(raw: Any, problems: list[str]) -> GroupSettings | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        problems.append(f"{GROUP_CONFIG_KEY} is a {type(raw).__name__}, not an object")
+        return None
+    values: dict[str, Any] = {}
+    for name, types in _GROUP_TYPES.items():
+        value = raw.get(name)
+        ok = value is None or (
+            isinstance(value, types) and not (bool not in types and isinstance(value, bool))
+        )
+        if ok:
+            values[name] = value
+        else:
+            problems.append(f"{GROUP_CONFIG_KEY}.{name} has the wrong type ({type(value).__name__})")
+    configs = raw.get("configs") or {}
+    if isinstance(configs, dict):
+        values["configs"] = {str(k): v for k, v in configs.items() if v is None or isinstance(v, str)}
+    else:
+        problems.append(f"{GROUP_CONFIG_KEY}.configs is not an object")
+    return GroupSettings(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class SectionHeader:
+    format_version: int
+    tool_version: str | None
+    upstream: str | None
+    policy: str | None
+    group_settings: GroupSettings | None
+    damage: str | None = None  # fields present but unusable, described
+
+    def as_dict(self) -> dict[str, Any]:
+        """The header as a plain mapping (what `capture show` prints)."""
+        result: dict[str, Any] = {
+            "format": CAPTURE_FORMAT,
+            "format_version": self.format_version,
+            "tool_version": self.tool_version,
+            "upstream": self.upstream,
+            "policy": self.policy,
+        }
+        if self.group_settings is not None:
+            result[GROUP_CONFIG_KEY] = self.group_settings.to_json()
+        return result
+
+
+def encode_section_header(
+    *, tool_version: str, upstream: str, policy: str, group_settings: GroupSettings | None
+) -> str:
+    header: dict[str, Any] = {
+        "format": CAPTURE_FORMAT,
+        "format_version": CAPTURE_FORMAT_VERSION,
+        "tool_version": tool_version,
+        "upstream": upstream,
+        "policy": policy,
+    }
+    if group_settings is not None:
+        header[GROUP_CONFIG_KEY] = group_settings.to_json()
+    return json.dumps(header, separators=(",", ":"))
+
+
+def decode_section_header(comment: str) -> SectionHeader | None:
+    """The header in `comment`, or None when the comment is not a group-replay header."""
+    try:
+        raw = json.loads(comment)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("format") != CAPTURE_FORMAT:
+        return None
+    problems: list[str] = []
+
+    def text(name: str) -> str | None:
+        value = raw.get(name)
+        if value is None or isinstance(value, str):
+            return value
+        problems.append(f"{name} is a {type(value).__name__}, not a string")
+        return None
+
+    version = raw.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        problems.append(f"format_version is {version!r}")
+        version = 1
+    return SectionHeader(
+        format_version=version,
+        tool_version=text("tool_version"),
+        upstream=text("upstream"),
+        policy=text("policy"),
+        group_settings=_group_settings(raw.get(GROUP_CONFIG_KEY), problems),
+        damage="; ".join(problems) or None,
+    )
+
+
+__all__ = [
+    "CAPTURE_FORMAT",
+    "CAPTURE_FORMAT_VERSION",
+    "GROUP_CONFIG_KEY",
+    "GROUP_CONFIG_NAMES",
+    "GroupSettings",
+    "SectionHeader",
+    "decode_section_header",
+    "encode_section_header",
+]
