@@ -204,6 +204,8 @@ class GroupMember(Protocol):
     state: MemberState
     incarnation: int
     is_leader: bool
+    instance_id: str | None  # a scenario may change it between incarnations
+    api_versions: dict[int, int]  # per API key; a scenario or the broker's ApiVersions may lower them
 
     def start(self, now_ms: int) -> Commands: ...
     def stop(self, now_ms: int, leave: bool) -> Commands: ...
