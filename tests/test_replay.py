@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,27 @@ def test_replayed_leader_assigns_with_the_recorded_clients_assignor(
     assert {e.protocol_name for e in result.events if e.event == "member_joined"} == {assignor}
     final = {e.member_key: e.assignment for e in result.events if e.event == "generation_completed"}
     assert final == expected
+
+
+def test_as_recorded_replay_uses_the_recorded_brokers_group_settings(tmp_path: Path) -> None:
+    """Issue 17: recorded against a broker with group.initial.rebalance.delay.ms=0, three members
+    joining a second apart form the group in two rebalances (the first member alone, then the two
+    others, who arrive before the first one's next heartbeat); the reference reproduces that from
+    the capture header. With Kafka's 3 s default all three land in the initial delay: one."""
+    from proxy.capture.header import GroupSettings
+
+    path = tmp_path / "no-delay.pcapng"
+    settings = GroupSettings(
+        initial_rebalance_delay_ms=0, min_session_timeout_ms=1_000, broker_version="3.9+"
+    )
+    synthesize_capture(path, members=3, stagger_ms=1_000, duration_ms=20_000, group_settings=settings)
+    plan = build_plan(read_capture(path), "no-delay")
+    assert plan.group_settings == settings
+
+    def rebalances(events: object) -> int:
+        return sum(e.event == "rebalance_started" for e in events)  # type: ignore[attr-defined]
+
+    recorded = rebalances(recorded_events(plan))
+    assert recorded == 2
+    assert rebalances(replay_reference(plan).events) == recorded
+    assert rebalances(replay_reference(replace(plan, group_settings=None)).events) == 1

@@ -13,12 +13,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from proxy.capture.header import GroupSettings
 from proxy.capture.writer import CaptureWriter
 from proxy.session import Record
 from proxy.wire import encode_request, encode_response, request_schema, response_schema
 from proxy.wire.apis import ApiKey
 from proxy.wire.consumer_protocol import encode_subscription
 from proxy.wire.convert import convert
+from replay.brokers import group_settings as replay_group_settings
 from replay.member import JOIN, NEWEST, companion_versions, from_values
 from replay.plan import MemberScript, ReplayPlan, Session
 from replay.run import CoordinatorTransport, InFlight, Runner, run_virtual
@@ -45,6 +47,7 @@ def synthesize_capture(
     rolling_bounce: bool = False,
     client_software: str | None = None,
     assignor: str = "range",
+    group_settings: GroupSettings | None = None,
 ) -> ReplayPlan:
     """Write a capture of `members` consumers running against the reference coordinator.
 
@@ -104,7 +107,7 @@ def synthesize_capture(
             ),
         )
     runner = Runner(plan, replace(scenario, duration_ms=duration_ms), "recorded")
-    writer = CaptureWriter(path, upstream="reference:0", policy="pass-through")
+    writer = CaptureWriter(path, upstream="reference:0", policy="pass-through", group_settings=group_settings)
     base_ns = 1_700_000_000_000_000_000
     opened: set[int] = set()
 
@@ -170,7 +173,9 @@ def synthesize_capture(
     runner.recorder = record
     runner.on_close = closed
     try:
-        run_virtual(runner, CoordinatorTransport(runner, None), None)
+        # the recorded broker runs with `group_settings` (Kafka's defaults where None)
+        config = replay_group_settings(group_settings).coordinator_config()
+        run_virtual(runner, CoordinatorTransport(runner, config), None)
     finally:
         writer.close()
     return plan
