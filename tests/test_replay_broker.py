@@ -86,3 +86,24 @@ def test_cli_against_host_port_fails_a_wrong_expectation(kafka_39: Broker, tmp_p
     assert {r.run for r in rows} == {"recorded", "broker-3.9+"}
     live_rebalances = [r for r in rows if r.run != "recorded" and r.event == "rebalance_started"]
     assert len(live_rebalances) > 1
+
+
+def test_a_broker_replay_starts_has_the_recorded_or_kafka_default_group_settings(broker_factory) -> None:
+    """`replay --against broker:V` passes `group_settings(...).broker_config()` to the broker it
+    starts: Kafka's defaults for a capture without settings (not the harness's quick-test
+    0 ms / 1000 ms), the recorded values otherwise. Read back from the broker with DescribeConfigs."""
+    from proxy.capture.header import GroupSettings
+    from proxy.upstream import describe_upstream_sync
+    from replay.brokers import group_settings
+
+    defaults = group_settings(None)
+    assert (defaults.initial_rebalance_delay_ms, defaults.min_session_timeout_ms) == (3_000, 6_000)
+    recorded = group_settings(GroupSettings(initial_rebalance_delay_ms=0, max_size=50))
+    assert recorded.source == "capture header + Kafka defaults"
+    for wanted in (defaults, recorded):
+        broker = broker_factory(KAFKA_39, new_coordinator=False, extra_config=wanted.broker_config())
+        host, _, port = broker.bootstrap.rpartition(":")
+        seen = describe_upstream_sync(host, int(port))
+        assert seen.initial_rebalance_delay_ms == wanted.initial_rebalance_delay_ms
+        assert seen.min_session_timeout_ms == wanted.min_session_timeout_ms
+        assert seen.max_size == wanted.max_size
