@@ -6,11 +6,14 @@ import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from proxy.wire import response_schema
 from proxy.wire.consumer_protocol import decode_assignment, encode_subscription
 from replay.member import (
+    ERROR_REACTIONS,
     HEARTBEAT,
     JOIN,
     LEAVE,
@@ -216,3 +219,46 @@ def test_cooperative_member_advertises_what_it_owns_and_rejoins_after_a_revocati
     revoking = m.on_response(50, sync2, response(sync2, assignment=encode_assignment({"orders": [0]})))
     assert [(type(c), c.wake) for c in revoking] == [(WakeAt, Wake.REJOIN)]  # type: ignore[union-attr]
     assert m.owned == (("orders", 0),)
+
+
+ERRORS = [0, *ERROR_REACTIONS, int(ErrorCode.coordinator_not_available), int(ErrorCode.not_coordinator)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["answer", "wake", "stop", "start", "timeout"]), st.sampled_from(ERRORS)),
+        max_size=40,
+    )
+)
+def test_any_sequence_of_answers_stays_inside_the_transition_table(steps: list[tuple[str, int]]) -> None:
+    """Whatever the coordinator answers, the member only moves along VALID_PREVIOUS_STATES (a bad
+    move raises IllegalMemberTransition) and FATAL is for good."""
+    m = member(instance_id="static-a")
+    inflight: list[Send] = list(c for c in m.start(0) if isinstance(c, Send))
+    wakes: list[WakeAt] = []
+    now = 0
+    for action, code in steps:
+        now += 100
+        was_fatal = m.state is MemberState.FATAL
+        commands: tuple[Any, ...] = ()
+        if action == "answer" and inflight:
+            sent = inflight.pop(0)
+            values: dict[str, Any] = {"error_code": code}
+            if sent.api_key == JOIN and not code:
+                metadata = {"member_id": "c-1", "group_instance_id": "static-a", "metadata": SUBSCRIPTION}
+                values |= {"generation_id": 1, "protocol_name": "range", "leader": "c-1", "member_id": "c-1"}
+                values["members"] = (metadata,)
+            commands = m.on_response(now, sent, response(sent, **values))
+        elif action == "wake" and wakes:
+            commands = m.on_wake(now, wakes.pop(0))
+        elif action == "stop":
+            commands = m.stop(now, leave=bool(code % 2))
+        elif action == "start":
+            commands = m.start(now)
+        elif action == "timeout" and inflight:
+            commands = m.on_request_timeout(now, inflight.pop(0))
+        inflight += [c for c in commands if isinstance(c, Send)]
+        wakes += [c for c in commands if isinstance(c, WakeAt)]
+        if was_fatal:
+            assert m.state is MemberState.FATAL and not [c for c in commands if isinstance(c, Send)]
