@@ -15,6 +15,7 @@ from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from proxy.wire.bounds import LengthError, check_lengths
 from proxy.wire.framing import FrameError, frame
 from proxy.wire.headers import RequestHeaderInfo, peek_request_header
 
@@ -77,6 +78,10 @@ def _writer(schema: type[Entity]) -> Callable[[io.BytesIO, Entity], None]:
 
 def _read(schema: type[Entity], data: bytes, offset: int, what: str) -> Entity:
     try:
+        check_lengths(schema, data, offset)  # before kio allocates what a length claims (bounds.py)
+    except LengthError as exc:
+        raise CodecError(f"cannot decode {what}: {exc}") from exc
+    try:
         entity, size = _reader(schema)(data, offset)
     except (ValueError, IndexError, UnicodeDecodeError, OverflowError, TypeError) as exc:
         raise CodecError(f"cannot decode {what}: {exc}") from exc
@@ -110,6 +115,7 @@ def decode_response(response_frame: bytes, api_key: int, api_version: int) -> tu
     if len(response_frame) < 4:
         raise FrameError(f"truncated response header ({len(response_frame)} bytes)")
     try:
+        check_lengths(header_schema, response_frame, 0)
         header, header_size = _reader(header_schema)(response_frame, 0)
     except Exception as exc:
         raise CodecError(f"cannot decode response header: {exc}") from exc
