@@ -104,10 +104,10 @@ def test_rebalances_are_numbered_by_completion_order_not_raw_generation(spark: S
     events = frame(spark, one_run("reference", 1) + one_run("broker-3.9.1", 7, ts_offset=1000))
     expected = spark.createDataFrame(
         [
-            ("s1", "as-recorded", "reference", "g", 1, 1, 20, "a", 2, "range"),
-            ("s1", "as-recorded", "reference", "g", 2, 2, 40, "a", 2, "range"),
-            ("s1", "as-recorded", "broker-3.9.1", "g", 1, 7, 1020, "a", 2, "range"),
-            ("s1", "as-recorded", "broker-3.9.1", "g", 2, 8, 1040, "a", 2, "range"),
+            ("s1", "as-recorded", "reference", "g", 1, 1, 20, "a", 2, "range", 0, 10),
+            ("s1", "as-recorded", "reference", "g", 2, 2, 40, "a", 2, "range", 1, 10),
+            ("s1", "as-recorded", "broker-3.9.1", "g", 1, 7, 1020, "a", 2, "range", 0, 10),
+            ("s1", "as-recorded", "broker-3.9.1", "g", 2, 8, 1040, "a", 2, "range", 1, 10),
         ],
         OBSERVED_REBALANCES_SCHEMA,
     )
@@ -166,9 +166,9 @@ def test_bad_rows_are_flagged_with_a_reason(spark: SparkSession) -> None:
 
 def _runs(spark: SparkSession, scenario: str, runs: tuple[str, ...]):
     return spark.createDataFrame(
-        [("s1", scenario, "g", r, None, 1, 42) for r in runs],
+        [("s1", scenario, "g", r, None, 1, 0, 42) for r in runs],
         "session_id string, scenario string, group_id string, run string, not_run_detail string, "
-        "rebalance_count int, facts_hash long",
+        "rebalance_count int, partitions_moved int, facts_hash long",
     )
 
 
@@ -322,14 +322,15 @@ def test_client_dimension_prefers_client_software_then_join_versions(spark: Spar
 def test_matrix_counts_statuses_per_scenario_client_and_broker(spark: SparkSession) -> None:
     cols = (
         "session_id string, scenario string, group_id string, expected_run string, observed_run string, "
-        "status string, diffs long, noise_diffs long, worst_severity int, worst_aspect string"
+        "status string, diffs long, noise_diffs long, worst_severity int, worst_aspect string, "
+        "expected_partitions_moved int, observed_partitions_moved int"
     )
     verdicts = spark.createDataFrame(
         [
-            ("s1", "up", "g", "reference", "broker-3.9.1", "pass", 0, 2, None, None),
-            ("s2", "up", "g", "reference", "broker-3.9.1", "differs", 3, 0, 1, "assignment"),
-            ("s3", "up", "g", "reference", "broker-3.9.1", "differs", 1, 0, 5, "fenced"),
-            ("s4", "up", "g", "recorded", "reference", "failed", 0, 0, 9, "never stabilized"),
+            ("s1", "up", "g", "reference", "broker-3.9.1", "pass", 0, 2, None, None, 3, 3),
+            ("s2", "up", "g", "reference", "broker-3.9.1", "differs", 3, 0, 1, "assignment", 3, 5),
+            ("s3", "up", "g", "reference", "broker-3.9.1", "differs", 1, 0, 5, "fenced", 0, 2),
+            ("s4", "up", "g", "recorded", "reference", "failed", 0, 0, 9, "never stabilized", 4, 0),
         ],
         cols,
     )
@@ -347,12 +348,14 @@ def test_matrix_counts_statuses_per_scenario_client_and_broker(spark: SparkSessi
         "noise_diffs",
         "worst_aspect",
         "worst_session",
+        "expected_partitions_moved",
+        "partitions_moved",
     )
     assertDataFrameEqual(
         got,
         [
-            ("broker-3.9.1", "3.9.1", 3, 1, 2, 0, 2, "fenced", "s3"),
-            ("reference", "reference", 1, 0, 0, 1, 0, "never stabilized", "s4"),
+            ("broker-3.9.1", "3.9.1", 3, 1, 2, 0, 2, "fenced", "s3", 6, 10),
+            ("reference", "reference", 1, 0, 0, 1, 0, "never stabilized", "s4", 4, 0),
         ],
     )
 
@@ -446,3 +449,14 @@ def test_leader_that_did_not_skip_assignment_is_explained_by_kip_814(spark: Spar
     assert _causes(diffs)[("assignment", "a")][0] == (
         "leader did not skip assignment: JoinGroup below v9 (KIP-814)"
     )
+
+
+def test_churn_counts_partitions_moved_and_time_without_partitions(spark: SparkSession) -> None:
+    """Generation #2 moves t-1 from a to b: one partition moved (at its new owner); each member
+    sat through both rebalances' pauses (10 ms each: rebalance_started -> completion)."""
+    runs = T.per_run(frame(spark, one_run("reference", 1)))
+    got = T.observed_rebalances(runs).select("ordinal", "partitions_moved", "pause_ms")
+    assertDataFrameEqual(got, [(1, 0, 10), (2, 1, 10)])
+    churn = runs.select(F.explode("member_churn").alias("m")).select("m.*")
+    assertDataFrameEqual(churn, [("a", 0, 20), ("b", 1, 20)])
+    assert runs.select("partitions_moved").first()[0] == 1

@@ -41,7 +41,7 @@ def comparisons(runs: DataFrame, expected_run: str) -> DataFrame:
     A missing expected run still yields the pairs (their verdict says so); repeats are never an
     observed run. One aggregation per group, no joins.
     """
-    entry = F.struct("run", "not_run_detail", "rebalance_count", "facts_hash")
+    entry = F.struct("run", "not_run_detail", "rebalance_count", "partitions_moved", "facts_hash")
     groups = runs.groupBy(*GROUP_KEY).agg(F.collect_list(entry).alias("runs"))
     groups = groups.withColumn("expected_run", expected_run_for(F.col("scenario"), expected_run))
     expected = F.try_element_at(F.filter("runs", lambda r: r["run"] == F.col("expected_run")), F.lit(1))
@@ -55,6 +55,8 @@ def comparisons(runs: DataFrame, expected_run: str) -> DataFrame:
         F.col("o.rebalance_count").alias("observed_rebalances"),
         F.col("e.not_run_detail").alias("expected_not_run"),
         F.col("o.not_run_detail").alias("observed_not_run"),
+        F.col("e.partitions_moved").alias("expected_partitions_moved"),
+        F.col("o.partitions_moved").alias("observed_partitions_moved"),
         F.col("e.run").isNotNull().alias("expected_present"),
         F.col("e.facts_hash").eqNullSafe(F.col("o.facts_hash")).alias("same_facts"),
     )
@@ -259,6 +261,8 @@ def session_verdicts(pairs: DataFrame, diffs: DataFrame) -> DataFrame:
         .when(status == "failed", never)
         .otherwise(F.col("worst.cause"))
         .alias("explanation"),
+        "expected_partitions_moved",
+        "observed_partitions_moved",
     )
 
 
@@ -308,6 +312,8 @@ def compatibility_matrix(verdicts: DataFrame, clients: DataFrame) -> DataFrame:
         F.count(F.when(F.col("status") == NOT_RUN, True)).alias("not_run"),
         F.sum("diffs").alias("diffs"),
         F.sum("noise_diffs").alias("noise_diffs"),
+        F.sum("expected_partitions_moved").alias("expected_partitions_moved"),
+        F.sum("observed_partitions_moved").alias("partitions_moved"),
         F.max("worst_severity").alias("worst_severity"),
         F.max(
             F.when(
@@ -333,4 +339,6 @@ def compatibility_matrix(verdicts: DataFrame, clients: DataFrame) -> DataFrame:
         F.col("worst.worst_aspect").alias("worst_aspect"),
         F.col("worst.session_id").alias("worst_session"),
         F.col("worst.group_id").alias("worst_group"),
+        F.col("expected_partitions_moved").cast("long").alias("expected_partitions_moved"),
+        F.col("partitions_moved").cast("long").alias("partitions_moved"),
     )

@@ -77,9 +77,14 @@ OBSERVED_REBALANCES_SCHEMA = StructType(
         StructField("leader", StringType(), True),
         StructField("members", LongType(), True),
         StructField("protocol_name", StringType(), True),
+        StructField("partitions_moved", IntegerType(), True),
+        StructField("pause_ms", LongType(), True),
     ]
 )
-"""One row per completed generation; `ordinal` counts completed generations 1, 2, ... per run."""
+"""One row per completed generation; `ordinal` counts completed generations 1, 2, ... per run.
+`partitions_moved`: partitions that changed owner at this generation; `pause_ms`: from the
+rebalance's start to this completion, when (eager protocol) no member holds partitions
+(validator.churn)."""
 
 RUN_SUMMARY_SCHEMA = StructType(
     [
@@ -99,6 +104,21 @@ RUN_SUMMARY_SCHEMA = StructType(
         StructField("join_api_versions", ArrayType(IntegerType(), True), True),
         StructField("left_without_instance_id", ArrayType(StringType(), True), True),
         StructField("skip_assignment_seen", BooleanType(), True),
+        StructField("partitions_moved", IntegerType(), True),
+        StructField(
+            "member_churn",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("member_key", StringType(), True),
+                        StructField("moved", IntegerType(), True),
+                        StructField("unassigned_ms", LongType(), True),
+                    ]
+                ),
+                True,
+            ),
+            True,
+        ),
     ]
 )
 """One row per run; `not_run_detail` is set (and nothing else happened) when the run could not be
@@ -171,6 +191,8 @@ SESSION_VERDICT_SCHEMA = StructType(
         StructField("worst_aspect", StringType(), True),
         StructField("not_run_detail", StringType(), True),
         StructField("explanation", StringType(), True),
+        StructField("expected_partitions_moved", IntegerType(), True),
+        StructField("observed_partitions_moved", IntegerType(), True),
     ]
 )
 
@@ -192,5 +214,7 @@ COMPATIBILITY_MATRIX_SCHEMA = StructType(
         StructField("worst_aspect", StringType(), True),
         StructField("worst_session", StringType(), True),
         StructField("worst_group", StringType(), True),
+        StructField("expected_partitions_moved", LongType(), True),
+        StructField("partitions_moved", LongType(), True),
     ]
 )

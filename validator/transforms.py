@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from replay.scenario import AS_RECORDED
+from validator.churn import member_churn, with_churn
 from validator.explain import error_names
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
@@ -152,6 +153,7 @@ def _generation(done: Column) -> Callable[[Column, Column], Column]:
         leaders = F.transform(F.filter(reports, lambda d: d["is_leader"]), lambda d: d["member_key"])
         return F.struct(
             (index + 1).cast("int").alias("ordinal"),
+            F.array_min(F.transform(reports, lambda d: d["seq"])).alias("first_seq"),
             generation_id.alias("generation_id"),
             F.array_min(F.transform(reports, lambda d: d["ts_ms"])).alias("ts_ms"),
             F.array_min(leaders).alias("leader"),
@@ -215,12 +217,15 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
         F.coalesce(F.max(F.col("skip_assignment")), F.lit(False)).alias("skip_assignment_seen"),
         F.collect_set("client_software").alias("client_software"),
         F.array_sort(F.collect_list(F.when(event == "generation_completed", report))).alias("done"),
+        F.array_sort(F.collect_list(F.when(event == "rebalance_started", F.struct("seq", "ts_ms")))).alias(
+            "starts"
+        ),
     )
     done = F.col("done")
     generation_ids = F.array_distinct(F.transform(done, lambda d: d["generation_id"]))
     with_generations = aggregated.select(
-        "*", F.transform(generation_ids, _generation(done)).alias("generations")
-    ).drop("done")
+        "*", with_churn(F.transform(generation_ids, _generation(done)), F.col("starts")).alias("generations")
+    ).drop("done", "starts")
     errors = F.col("member_errors")
     error_members = F.array_sort(F.array_distinct(F.transform(errors, lambda e: e["member_key"])))
 
@@ -266,6 +271,10 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
         "left_without_instance_id",
         "skip_assignment_seen",
         "client_software",
+        F.aggregate(generations, F.lit(0), lambda acc, g: acc + g["partitions_moved"]).alias(
+            "partitions_moved"
+        ),
+        member_churn(generations).alias("member_churn"),
         "generations",
         facts.alias("facts"),
     ).withColumn("facts_hash", F.xxhash64("facts"))
@@ -278,7 +287,16 @@ def observed_rebalances(runs: DataFrame) -> DataFrame:
         *RUN_KEY,
         *[
             F.col(f"g.{c}").alias(c)
-            for c in ("ordinal", "generation_id", "ts_ms", "leader", "members", "protocol_name")
+            for c in (
+                "ordinal",
+                "generation_id",
+                "ts_ms",
+                "leader",
+                "members",
+                "protocol_name",
+                "partitions_moved",
+                "pause_ms",
+            )
         ],
     )
 

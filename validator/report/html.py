@@ -102,6 +102,11 @@ def matrix_html(matrix: list[dict[str, Any]]) -> str:
                 f"noise diffs {cell['noise_diffs']}"
             )
             body = f"<b>{counts}</b>"
+            if cell.get("partitions_moved") is not None:
+                body += (
+                    f"<br><small>moved {cell['partitions_moved']:,} "
+                    f"(expected {cell.get('expected_partitions_moved') or 0:,})</small>"
+                )
             if cell["worst_aspect"]:
                 body += f"<br><small>{escape(cell['worst_aspect'])}</small>"
             if cell["worst_session"]:
@@ -111,7 +116,8 @@ def matrix_html(matrix: list[dict[str, Any]]) -> str:
         out.append("</tr>")
     out.append("</table>")
     out.append(
-        "<p class='muted'>cell: sessions pass / differ / failed / not run; "
+        "<p class='muted'>cell: sessions pass / differ / failed / not run; partitions moved between "
+        "members (state shuffle) in the observed runs, and in the expected runs; "
         "<span class='chip pass'>all pass</span> <span class='chip differs'>some differ</span> "
         "<span class='chip notrun'>some not run</span> <span class='chip failed'>some failed</span>; "
         "click a cell for its worst session.</p>"
@@ -198,6 +204,56 @@ def timeline_svg(
     return "".join(out)
 
 
+def churn_svg(rebalances: list[dict[str, Any]], expected_run: str) -> str:
+    """Partitions moved per generation (state shuffle), one lane of bars per run, so runs can be
+    compared generation by generation (a rolling bounce is one generation per step)."""
+    runs = sorted(
+        {r["run"] for r in rebalances},
+        key=lambda run: (run.split("~")[0] != expected_run, run_sort_key(run)),
+    )
+    if not runs:
+        return ""
+    ordinals = max(int(r["ordinal"]) for r in rebalances)
+    peak = max((int(r.get("partitions_moved") or 0) for r in rebalances), default=0) or 1
+    label_w = max(110, 16 + 7 * max(len(run) for run in runs))
+    slot_w, lane_h, top = max(14, min(60, 760 // max(1, ordinals))), 34, 20
+    width, height = label_w + slot_w * ordinals + 120, top + lane_h * len(runs) + 24
+    out = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' {FONT} font-size='11'>",
+        f"<text x='4' y='12' fill='#445'>partitions moved per generation (max {peak})</text>",
+    ]
+    for lane, run in enumerate(runs):
+        base = top + (lane + 1) * lane_h - 6
+        colour = EXPECTED if run == expected_run else DIFFERS
+        out.append(
+            f"<text class='lane' x='{label_w - 10}' y='{base}' text-anchor='end' fill='{colour}'>"
+            f"{escape(run)}</text>"
+        )
+        out.append(
+            f"<line x1='{label_w}' x2='{label_w + slot_w * ordinals}' y1='{base}' y2='{base}' "
+            "stroke='#c9ced9'/>"
+        )
+        points = [r for r in rebalances if r["run"] == run]
+        for point in points:
+            moved = int(point.get("partitions_moved") or 0)
+            bar = (lane_h - 12) * moved / peak
+            x = label_w + slot_w * (int(point["ordinal"]) - 1) + 2
+            tip = (
+                f"{run}: generation #{point['ordinal']} moved {moved} partitions, "
+                f"pause {point.get('pause_ms')} ms"
+            )
+            out.append(
+                f"<rect x='{x}' y='{base - bar:.1f}' width='{slot_w - 4}' height='{bar:.1f}' fill='{colour}'>"
+                f"<title>{escape(tip)}</title></rect>"
+            )
+        total = sum(int(p.get("partitions_moved") or 0) for p in points)
+        out.append(
+            f"<text x='{label_w + slot_w * ordinals + 10}' y='{base}' fill='#445'>{total} moved</text>"
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -209,6 +265,12 @@ def _status(status: str) -> str:
 
 def _list(values: list[str] | None) -> str:
     return escape(", ".join(values or []))
+
+
+def _churn(members: list[dict[str, Any]] | None) -> str:
+    return ", ".join(
+        f"{m['member_key']} {(m['unassigned_ms'] or 0) / 1000:.1f}s ({m['moved']})" for m in members or []
+    )
 
 
 def error_label(code: int) -> str:
@@ -352,20 +414,24 @@ def _section(data: ReportData, key: SectionKey, verdict_rows: list[dict[str, Any
     parts.append("</table>")
     if summaries:
         parts.append(
-            "<table><tr><th>run</th><th>rebalances</th><th>members</th><th>fenced (member_key)</th>"
-            "<th>expired (member_key)</th><th>left (member_key)</th><th>errors</th><th>ran?</th></tr>"
+            "<table><tr><th>run</th><th>rebalances</th><th>members</th><th>partitions moved</th>"
+            "<th>fenced (member_key)</th><th>expired (member_key)</th><th>left (member_key)</th>"
+            "<th>errors</th><th>time without partitions per member_key (moved to it)</th><th>ran?</th></tr>"
         )
         for r in summaries:
             ran = f"not run: {escape(r['not_run_detail'])}" if r.get("not_run_detail") else "yes"
             parts.append(
                 f"<tr><td class='key'>{escape(r['run'])}</td><td class='num'>{r['rebalance_count']}</td>"
-                f"<td class='num'>{r['members']}</td><td>{_list(r['fenced'])}</td>"
+                f"<td class='num'>{r['members']}</td><td class='num'>{r.get('partitions_moved') or 0}</td>"
+                f"<td>{_list(r['fenced'])}</td>"
                 f"<td>{_list(r['expired'])}</td><td>{_list(r['left'])}</td>"
                 f"<td>{escape(', '.join(error_label(c) for c in r['error_codes'] or []))}</td>"
+                f"<td>{escape(_churn(r.get('member_churn')))}</td>"
                 f"<td class='{'notrun' if r.get('not_run_detail') else ''}'>{ran}</td></tr>"
             )
         parts.append("</table>")
     parts.append(timeline_svg(data.timelines.get(key, []), expected, verdicts, not_run))
+    parts.append(churn_svg(data.timelines.get(key, []), expected))
     diffs = data.session_diffs.get(key, [])
     if diffs:
         parts.append(
