@@ -35,6 +35,7 @@ from proxy.wire import (
     KNOWN_API_KEYS,
     MAX_PENDING_REQUESTS,
     REQUEST_PREFIX_BYTES,
+    ApiKey,
     CodecError,
     CorrelationError,
     CorrelationTable,
@@ -157,7 +158,12 @@ _REQUEST_HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlatio
 _RESPONSE_HEAD = struct.Struct(">ii")  # size, correlation_id
 _RECORDED_REQUEST_HEAD = struct.Struct(">ihhih")  # ... and the client_id length
 # Requests the relay never decodes: paired by correlation id and forwarded, nothing more.
-OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS
+OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS - {ApiKey.SASL_HANDSHAKE}
+# A raw SASL token in the correlation table (it has no correlation id; its answer has none).
+_RAW_SASL_TOKEN: tuple[int, int, int, None, int, None, int] = (-1, 0, -1, None, 0, None, 0)
+# Client tokens per mechanism when the count is fixed (RFC 4616 PLAIN: one; RFC 5802 SCRAM: two;
+# RFC 7628 OAUTHBEARER: one on success). Others: until a frame parses as a Kafka request.
+_RAW_SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER": 1}
 
 
 class _Direction:
@@ -383,6 +389,13 @@ class ProxySession:
             # generic keep-and-finish path: each frame is sliced once into its Record).
             self._requests.scan = self._scan_recorded_requests if record else self._scan_requests
             self._responses.scan = self._scan_recorded_responses if record else self._scan_responses
+        self._scans = (self._requests.scan, self._responses.scan)
+        # SASL before KIP-152: after a successful SaslHandshake v0 the client sends raw tokens
+        # (a size prefix, no Kafka header) and the broker answers each with a raw token, until the
+        # mechanism completes (Kafka's SaslServerAuthenticator). None: not in that state; else the
+        # client tokens still to come (-1: unknown, until a frame parses as a Kafka request).
+        self._raw_sasl_tokens: int | None = None
+        self._sasl_mechanism: str | None = None
         self._max_frame_bytes = max_frame_bytes
         self._address_keys = ADDRESS_API_KEYS if addresses is not None else frozenset()
 
@@ -556,12 +569,15 @@ class ProxySession:
     # -- requests ------------------------------------------------------------------------------
 
     def _classify_request(self, source: bytes | bytearray, offset: int, size: int) -> tuple[bool, bool]:
+        if self._raw_sasl_tokens is not None and self._raw_sasl_token(source, offset, size):
+            return False, False
         if size < REQUEST_PREFIX_BYTES:
             raise ProtocolViolation(f"truncated request header ({size} bytes)")
         api_key, api_version, correlation_id = peek_request_prefix(source, offset)
         if api_key not in KNOWN_API_KEYS:
-            raise ProtocolViolation(f"unknown api_key {api_key} (correlation_id={correlation_id})")
-        decoded = api_key in GROUP_API_KEYS
+            # No header field is quoted: these bytes may be a secret (a raw SASL token).
+            raise ProtocolViolation(f"a {size}-byte frame that is not a Kafka request (unknown api_key)")
+        decoded = api_key in GROUP_API_KEYS or (api_key == ApiKey.SASL_HANDSHAKE and api_version == 0)
         if decoded and not supports(api_key, api_version):
             raise ProtocolViolation(
                 f"{api_name(api_key)} v{api_version} is not a version group-replay can decode"
@@ -584,14 +600,32 @@ class ProxySession:
         group_id: str | None = None
         upstream_payload = payload
         upstream_version = api_version
-        header = peek_request_header(payload)
-        self.client_id = header.client_id
-        self._raw_client_id = None
+        must_change = not self._passthrough and self.policy.wants_request(api_key, api_version)
         self.requests += 1
+        try:
+            header = peek_request_header(payload)
+        except FrameError:
+            if must_change:
+                raise
+            header = None  # relayed as it is: only a frame the proxy must change may close (issue 18)
+        self.client_id = header.client_id if header is not None else None
+        self._raw_client_id = None
         if api_key in GROUP_API_KEYS:
             self.group_requests += 1
-            group_id = request_group_id(api_key, decode_request_body(header, payload))
-        if not self._passthrough and self.policy.wants_request(api_key, api_version):
+        if header is not None and (api_key in GROUP_API_KEYS or api_key == ApiKey.SASL_HANDSHAKE):
+            try:
+                body = decode_request_body(header, payload)
+            except CodecError:
+                if must_change:
+                    raise
+                body = None  # the broker decides what to make of it, as it would without the proxy
+            if body is not None and api_key == ApiKey.SASL_HANDSHAKE:
+                self._sasl_mechanism = str(body.mechanism)
+                self._responses.scan = None  # its answer must reach _sasl_handshake_answered
+            elif body is not None:
+                group_id = request_group_id(api_key, body)
+        if must_change:
+            assert header is not None
             upstream_payload = self.policy.on_request(header, payload)
             if upstream_payload is not payload:
                 self.rewrites += 1
@@ -619,9 +653,52 @@ class ProxySession:
             )
         return upstream_payload
 
+    # -- SASL before KIP-152 ---------------------------------------------------------------------
+
+    def _sasl_handshake_answered(self, payload: bytes) -> None:
+        """A SaslHandshake v0 response: error_code 0 means raw tokens follow (header v0: 4 bytes)."""
+        if len(payload) < 6 or int.from_bytes(payload[4:6], "big", signed=True) != 0:
+            self._responses.scan = self._scans[1]
+            return
+        self._raw_sasl_tokens = _RAW_SASL_ROUNDS.get((self._sasl_mechanism or "").upper(), -1)
+        self._requests.scan = self._responses.scan = None
+
+    def _raw_sasl_token(self, source: bytes | bytearray, offset: int, size: int) -> bool:
+        """True when this frame is a raw SASL token (paired with the broker's raw answer)."""
+        tokens = self._raw_sasl_tokens
+        assert tokens is not None
+        if tokens < 0 and size >= REQUEST_PREFIX_BYTES:
+            # Unknown mechanism (GSSAPI, ...): its tokens never start like a Kafka request header.
+            api_key, api_version, _ = peek_request_prefix(source, offset)
+            if api_key in KNOWN_API_KEYS and 0 <= api_version < 100:
+                self._raw_sasl_done()
+                return False
+        self.table.pending.append(_RAW_SASL_TOKEN)
+        self.requests += 1
+        if tokens > 1:
+            self._raw_sasl_tokens = tokens - 1
+        elif tokens == 1:
+            self._raw_sasl_done()
+        return True
+
+    def _raw_sasl_done(self) -> None:
+        """No more raw client tokens: the fast paths come back (responses once the last raw
+        answer is in)."""
+        self._raw_sasl_tokens = None
+        self._requests.scan = self._scans[0]
+        if _RAW_SASL_TOKEN not in self.table.pending:
+            self._responses.scan = self._scans[1]
+
     # -- responses -----------------------------------------------------------------------------
 
     def _classify_response(self, source: bytes | bytearray, offset: int, size: int) -> tuple[bool, bool]:
+        pending = self.table.pending
+        if pending and pending[0] is _RAW_SASL_TOKEN:
+            pending.popleft()  # a raw SASL token answers a raw token: no header, never kept
+            self.responses += 1
+            if self._raw_sasl_tokens is None and _RAW_SASL_TOKEN not in pending:
+                self._requests.scan, self._responses.scan = self._scans
+            return False, False
         if size < 4:
             raise ProtocolViolation(f"truncated response header ({size} bytes)")
         request = self.table.pop(peek_correlation_id(source, offset))
@@ -629,11 +706,14 @@ class ProxySession:
         self._response_for = request
         self._response_policy = self._passthrough is False and self.policy.wants_response(request)
         hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)
-        return self.record or hold, hold
+        sasl_v0 = request.api_key == ApiKey.SASL_HANDSHAKE and request.api_version == 0
+        return self.record or hold or sasl_v0, hold
 
     def _finish_response(self, payload: bytes) -> bytes | None:
         request = self._response_for
         assert request is not None
+        if request.api_key == ApiKey.SASL_HANDSHAKE and request.api_version == 0:
+            self._sasl_handshake_answered(payload)
         client_payload = payload
         if self._response_policy:
             client_payload = self.policy.on_response(request, client_payload)

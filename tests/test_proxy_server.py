@@ -241,3 +241,108 @@ def test_backpressure_bounds_proxy_buffers() -> None:
         upstream.close()
 
     asyncio.run(main())
+
+
+def test_raw_sasl_plain_login_is_relayed_and_no_secret_reaches_log_or_capture(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 18 defect 7 end to end: a pre-KIP-152 PLAIN login through the recording proxy; then
+    the same token sent without a handshake is refused without quoting it. Greps log and file."""
+    from tests.test_proxy_session import SECRET, _handshake_ok, _sasl_handshake_v0
+
+    token = frame(b"\x00bob\x00" + SECRET)
+
+    async def sasl_v0_broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder()
+        raw_next = False
+        while data := await reader.read(65536):
+            for request in decoder.feed(data):
+                if raw_next:
+                    assert request == token[4:]
+                    writer.write(frame(b""))  # PLAIN success: an empty token
+                    raw_next = False
+                    continue
+                api_key, _, correlation_id = peek_request_prefix(request)
+                if api_key == 17:
+                    writer.write(_handshake_ok(correlation_id))
+                    raw_next = True
+                else:
+                    writer.write(frame(correlation_id.to_bytes(4, "big") + b"ok"))
+            await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        upstream = await _start(sasl_v0_broker)
+        recorder = CaptureWriter(tmp_path / "c.pcapng", upstream="fake")
+        proxy, port = await _proxy(_port(upstream), recorder=recorder)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_sasl_handshake_v0(1, b"PLAIN"))
+        assert len(await _responses(reader, 1)) == 1
+        writer.write(token)
+        assert await _responses(reader, 1) == [b""]
+        writer.write(_heartbeat(2))
+        assert await _responses(reader, 1) == [b"\x00\x00\x00\x02ok"]
+        writer.close()
+        stray_reader, stray_writer = await asyncio.open_connection("127.0.0.1", port)
+        stray_writer.write(token)  # no handshake: not Kafka, closed
+        assert await asyncio.wait_for(stray_reader.read(), 10) == b""
+        await proxy.close()
+        upstream.close()
+        recorder.close()
+
+    with caplog.at_level(logging.DEBUG):
+        asyncio.run(main())
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "not a Kafka request" in logged
+    for secret in (SECRET, b"bob"):
+        assert secret.decode() not in logged
+        assert secret not in (tmp_path / "c.pcapng").read_bytes()
+    frames = read_capture(tmp_path / "c.pcapng").frames
+    assert [f.api_key for f in frames if f.leg == "client"] == [17, 17, 12, 12]
+
+
+def _leave_group_claiming_2_32_members() -> bytes:
+    """Issue 18 defect 0: 23 bytes on the wire; kio alone would allocate 34 GB and abort."""
+    header = (13).to_bytes(2, "big") + (4).to_bytes(2, "big") + (1).to_bytes(4, "big") + b"\xff\xff\x00"
+    return frame(header + b"\x02g" + bytes([0x80, 0x80, 0x80, 0x80, 0x10]) + b"\x00")
+
+
+class _RewritesLeaveGroup:
+    name = "rewrites-leave-group"
+
+    def wants_request(self, api_key: int, api_version: int) -> bool:
+        return api_key == 13
+
+    def on_request(self, header: object, request_frame: bytes) -> bytes:
+        return request_frame
+
+    def wants_response(self, request: object) -> bool:
+        return False
+
+    def on_response(self, request: object, response_frame: bytes) -> bytes:
+        return response_frame
+
+
+@pytest.mark.parametrize("must_change", [False, True])
+def test_leave_group_claiming_2_32_members_costs_at_most_its_connection(must_change: bool) -> None:
+    async def main() -> None:
+        upstream = await _start(_echo)
+        kwargs: dict[str, object] = {"policy": _RewritesLeaveGroup()} if must_change else {}
+        proxy, port = await _proxy(_port(upstream), **kwargs)
+        canary_reader, canary_writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        bad = _leave_group_claiming_2_32_members()
+        assert len(bad) == 23
+        writer.write(bad)
+        if must_change:  # the proxy cannot rewrite what it cannot decode: this connection only
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+        else:  # relayed as it is: the broker decides (Kafka closes it; the fake echoes)
+            assert await _responses(reader, 1) == [b"\x00\x00\x00\x01ok"]
+        canary_writer.write(_heartbeat(3))
+        assert await _responses(canary_reader, 1) == [b"\x00\x00\x00\x03ok"]
+        for w in (writer, canary_writer):
+            w.close()
+        await proxy.close()
+        upstream.close()
+
+    asyncio.run(main())

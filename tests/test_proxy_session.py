@@ -9,6 +9,7 @@ import kio.schema.find_coordinator.v3.response as fc3
 import kio.schema.heartbeat.v4.request as hb4
 import kio.schema.join_group.v5.request as jg5
 import kio.schema.metadata.v12.response as md12
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -149,18 +150,18 @@ def test_metadata_response_is_held_and_rewritten(cuts: list[int]) -> None:
 
 
 def test_bad_inputs_close_with_a_reason() -> None:
-    join = _join(1)
     cases = [
         (b"\xff\xff\xff\xff", "negative frame size"),
         ((20_000).to_bytes(4, "big"), "exceeds the maximum of 10000"),
         (frame(b"\x00\x0b\x00"), "truncated request header (3 bytes)"),
-        (frame((999).to_bytes(2, "big") + b"\x00\x00\x00\x00\x00\x01"), "unknown api_key 999"),
+        (
+            frame((999).to_bytes(2, "big") + b"\x00\x00\x00\x00\x00\x01"),
+            "not a Kafka request (unknown api_key)",
+        ),
         (
             frame((11).to_bytes(2, "big") + (42).to_bytes(2, "big") + b"\x00\x00\x00\x01\xff\xff"),
             "JoinGroup v42",
         ),
-        (frame(join[4:-5]), "cannot decode"),
-        (frame(join[4:] + b"extra"), "trailing bytes"),
     ]
     for wire, reason in cases:
         session = ProxySession(1, max_frame_bytes=10_000)
@@ -272,3 +273,107 @@ def test_fast_path_emits_what_the_frame_by_frame_path_emits(
     assert [c for c in fast_out if isinstance(c, Record)] == [c for c in slow_out if isinstance(c, Record)]
     assert len([c for c in fast_out if isinstance(c, Record)]) == (2 * len(frames) if record else 0)
     assert fast.pending_requests == slow.pending_requests == 0
+
+
+class _WantsJoin:
+    """A policy that must change every JoinGroup (so it must decode it)."""
+
+    name = "wants-join"
+
+    def wants_request(self, api_key: int, api_version: int) -> bool:
+        return api_key == 11
+
+    def on_request(self, header: object, request_frame: bytes) -> bytes:
+        return request_frame
+
+    def wants_response(self, request: object) -> bool:
+        return False
+
+    def on_response(self, request: object, response_frame: bytes) -> bytes:
+        return response_frame
+
+
+def _undecodable_joins() -> list[bytes]:
+    join = _join(1)[4:]
+    at = join.index(b"consumer")
+    bad_utf8 = join[:at] + b"\xff\xfe" + join[at + 2 :]
+    negative_client_id = join[:8] + b"\xff\xf0" + join[10:]
+    return [join[:-5], join + b"extra", bad_utf8, negative_client_id]
+
+
+def test_undecodable_frames_the_proxy_need_not_change_are_relayed_as_they_are() -> None:
+    """Issue 18 defect 6: trailing bytes, invalid UTF-8, a cut body, a negative client_id length:
+    the broker answers these (or closes), not the proxy; recorded as they came."""
+    for payload in _undecodable_joins():
+        for record in (False, True):
+            session = ProxySession(1, record=record)
+            sent, records, closes = _run(session, [frame(payload)])
+            assert closes == [] and sent == frame(payload)
+            if record:
+                [recorded] = records
+                assert recorded.client_payload == payload and recorded.group_id is None
+            # The answer still pairs with it.
+            response = frame((1).to_bytes(4, "big") + b"\x00" * 8)
+            commands = session.upstream_data(response, 1)
+            assert isinstance(commands[0], SendClient) and not any(isinstance(c, Close) for c in commands)
+        changing = ProxySession(1, policy=_WantsJoin())  # type: ignore[arg-type]
+        commands = changing.client_data(frame(payload), 0)
+        assert isinstance(commands[-1], Close), payload
+
+
+def _sasl_handshake_v0(cid: int, mechanism: bytes) -> bytes:
+    body = len(mechanism).to_bytes(2, "big") + mechanism
+    return frame(
+        (17).to_bytes(2, "big") + (0).to_bytes(2, "big") + cid.to_bytes(4, "big") + b"\xff\xff" + body
+    )
+
+
+def _handshake_ok(cid: int) -> bytes:
+    mechanisms = b"\x00\x00\x00\x01\x00\x05PLAIN"
+    return frame(cid.to_bytes(4, "big") + b"\x00\x00" + mechanisms)
+
+
+SECRET = b"s3cr3t-pa55word"
+
+
+@pytest.mark.parametrize("record", [False, True])
+@pytest.mark.parametrize(
+    ("mechanism", "tokens"),
+    [
+        (b"PLAIN", [b"\x00bob\x00" + SECRET]),
+        (b"SCRAM-SHA-512", [b"n,,n=bob,r=" + SECRET, b"c=biws,r=x,p=" + SECRET]),
+        (b"GSSAPI", [b"\x60\x82" + SECRET, b"\x05\x04" + SECRET]),
+    ],
+)
+def test_raw_sasl_tokens_after_handshake_v0_are_relayed_and_never_recorded(
+    mechanism: bytes, tokens: list[bytes], record: bool
+) -> None:
+    """Issue 18 defect 7: pre-KIP-152 clients send raw tokens (no header) after SaslHandshake v0."""
+    session = ProxySession(1, record=record)
+    wire = _sasl_handshake_v0(1, mechanism)
+    assert session.client_data(wire, 0)[0] == SendUpstream(wire)
+    assert isinstance(session.upstream_data(_handshake_ok(1), 1)[0], SendClient)
+    everything: list[object] = []
+    for number, token in enumerate(tokens):
+        commands = session.client_data(frame(token), 2)
+        assert commands[0] == SendUpstream(frame(token)), commands
+        everything += commands[1:]
+        answer = frame(b"" if number == len(tokens) - 1 else b"server-token")  # PLAIN success: empty
+        commands = session.upstream_data(answer, 3)
+        assert commands[0] == SendClient(answer), commands
+        everything += commands[1:]
+    assert not any(isinstance(c, Close) for c in everything)
+    assert all(SECRET not in c.client_payload for c in everything if isinstance(c, Record))
+    # Afterwards, ordinary Kafka requests again, recorded as usual.
+    sent, records, closes = _run(session, [_heartbeat(5)])
+    assert closes == [] and sent == _heartbeat(5)
+    assert [r.group_id for r in records] == (["g1"] if record else [])
+    commands = session.upstream_data(frame((5).to_bytes(4, "big") + b"\x00" * 6), 4)
+    assert isinstance(commands[0], SendClient) and not any(isinstance(c, Close) for c in commands)
+
+
+def test_an_unexpected_raw_token_closes_without_quoting_it() -> None:
+    session = ProxySession(1)
+    [close] = session.client_data(frame(b"\x00bob\x00" + SECRET), 0)
+    assert isinstance(close, Close)
+    assert "bob" not in close.reason and str(int.from_bytes(b"\x00bob"[2:6], "big")) not in close.reason
