@@ -168,9 +168,10 @@ def relay(kind: str, upstream_port: int, args: argparse.Namespace, workdir: Path
         cmd += ["-m", "cProfile", "-o", args.profile]
     cmd += ["-m", "group_replay", "proxy", "--upstream", f"127.0.0.1:{upstream_port}",
             "--listen", f"127.0.0.1:{port}", "--log-level", "ERROR"]  # fmt: skip
-    if kind == "proxy+record":
+    if kind.endswith("proxy+record"):
         cmd += ["--record", str(workdir / "capture.pcapng")]
-    with process(cmd, port, cwd=ROOT):
+    # "main proxy": the same command from another checkout (--baseline), measured in the same run.
+    with process(cmd, port, cwd=Path(args.baseline) if kind.startswith("main ") else ROOT):
         yield port
     (workdir / "capture.pcapng").unlink(missing_ok=True)
 
@@ -343,10 +344,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-broker", action="store_true", help="only the synthetic loads")
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--haproxy-threads", type=int, default=1)
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run the proxy from this checkout (e.g. `git worktree add DIR main`): before/after rows",
+    )
     parser.add_argument("--profile", metavar="FILE", help="cProfile the recording proxy into FILE")
     args = parser.parse_args(argv)
     args.haproxy = shutil.which("haproxy")
     relays = ["direct", "haproxy", "proxy", "proxy+record"]
+    if args.baseline:
+        relays[2:2] = ["main proxy", "main proxy+record"]
     if args.haproxy is None:
         print("haproxy not installed (apt-get install haproxy): its rows are left out", file=sys.stderr)
         relays.remove("haproxy")
