@@ -204,8 +204,73 @@ __all__ = [
     "CAPTURE_FORMAT_VERSION",
     "GROUP_CONFIG_KEY",
     "GROUP_CONFIG_NAMES",
+    "CommentError",
     "GroupSettings",
     "SectionHeader",
+    "decode_packet_comment",
     "decode_section_header",
     "encode_section_header",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-packet comments (format 1 and 2 alike): one per frame, one per connection event.
+# The writer formats them on its hot path (proxy.capture.writer `_comment`, `_write`) with these
+# keys; the reader decodes them here, checking every field it uses.
+
+FRAME_COMMENT_FIELDS: Final[dict[str, tuple[type, ...]]] = {
+    "conn": (int,),
+    "dir": (str,),
+    "api_key": (int,),
+    "api_version": (int,),
+    "correlation_id": (int,),
+    "client_id": (str, type(None)),
+    "group_id": (str, type(None)),
+    "ts_ns": (int,),
+    "rewritten": (bool,),
+    "redacted_body_bytes": (int, type(None)),
+}
+_OPTIONAL_FRAME_FIELDS: Final = frozenset({"client_id", "group_id", "rewritten", "redacted_body_bytes"})
+EVENT_COMMENT_FIELDS: Final[dict[str, tuple[type, ...]]] = {
+    "conn": (int,),
+    "event": (str,),
+    "client": (str, type(None)),
+    "upstream": (str, type(None)),
+    "reason": (str, type(None)),
+}
+DIRECTIONS: Final = ("request", "response")
+
+
+class CommentError(ValueError):
+    """A packet comment that names a frame or event but whose fields are missing or wrong."""
+
+
+def _typed(raw: dict[str, Any], name: str, types: tuple[type, ...]) -> bool:
+    value = raw.get(name)
+    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+
+
+def decode_packet_comment(text: str) -> dict[str, Any] | None:
+    """A frame or event comment as a checked mapping; None for comments that are neither (other
+    tools may add comments); raises CommentError for one of ours that is damaged."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or "conn" not in raw:
+        return None
+    table = EVENT_COMMENT_FIELDS if "event" in raw else FRAME_COMMENT_FIELDS
+    for name, types in table.items():
+        if name not in raw:
+            if table is EVENT_COMMENT_FIELDS and name != "conn" and name != "event":
+                continue
+            if name in _OPTIONAL_FRAME_FIELDS:
+                continue
+            raise CommentError(f"comment without {name!r}")
+        if not _typed(raw, name, types):
+            raise CommentError(f"comment field {name!r} is {type(raw[name]).__name__}")
+    if "dir" in raw and raw["dir"] not in DIRECTIONS:
+        raise CommentError(f"comment field 'dir' is {raw['dir']!r}")
+    if not 0 <= raw["conn"] < 1 << 63:
+        raise CommentError(f"comment field 'conn' is {raw['conn']}")
+    return raw

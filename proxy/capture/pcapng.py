@@ -58,8 +58,13 @@ def _options(data: bytes, offset: int, end: int, endian: str) -> Iterator[tuple[
 
 
 def _tsresol(raw: bytes) -> int:
+    """Ticks per second (pcapng if_tsresol); raises ValueError when it is not one byte of sense."""
+    if len(raw) != 1:
+        raise ValueError(f"if_tsresol option of {len(raw)} bytes")
     value = raw[0]
     exponent = value & 0x7F
+    if exponent > (63 if value & 0x80 else 18):
+        raise ValueError(f"if_tsresol {value:#x} out of range")
     return int(2**exponent if value & 0x80 else 10**exponent)
 
 
@@ -93,41 +98,64 @@ def parse(data: bytes) -> tuple[Section, list[Packet], str | None]:
         (trailer,) = struct.unpack_from(endian + "I", data, offset + total - 4)
         if trailer != total:
             return section, packets, f"corrupt block at byte {offset}: trailing length {trailer} != {total}"
-        body = offset + 8
-        end = offset + total - 4
-        if block_type == SHB_TYPE:
-            section = Section()
-            for code, value in _options(data, body + 16, end, endian):
-                if code == OPT_COMMENT:
-                    section.comments.append(value.decode("utf-8", "replace"))
-                elif code == OPT_SHB_USERAPPL:
-                    section.user_application = value.decode("utf-8", "replace")
-        elif block_type == IDB_TYPE:
-            linktype = struct.unpack_from(endian + "H", data, body)[0]
-            interface = Interface(name=f"if{len(section.interfaces)}", linktype=linktype)
-            for code, value in _options(data, body + 8, end, endian):
-                if code == OPT_IF_NAME:
-                    interface.name = value.decode("utf-8", "replace")
-                elif code == OPT_IF_TSRESOL:
-                    interface.ts_per_second = _tsresol(value)
-            section.interfaces.append(interface)
-        elif block_type == EPB_TYPE:
-            if_id, ts_high, ts_low, caplen, _orig = struct.unpack_from(endian + "IIIII", data, body)
-            start = body + 20
-            packet_end = start + caplen
-            if packet_end > end or if_id >= len(section.interfaces):
-                return section, packets, f"corrupt packet block at byte {offset}"
-            ticks = (ts_high << 32) | ts_low
-            per_second = section.interfaces[if_id].ts_per_second
-            ts_ns = ticks * 1_000_000_000 // per_second
-            comments = [
-                value.decode("utf-8", "replace")
-                for code, value in _options(data, (packet_end + 3) & ~3, end, endian)
-                if code == OPT_COMMENT
-            ]
-            packets.append(Packet(if_id, ts_ns, data[start:packet_end], comments))
+        if block_type == SHB_TYPE and offset:
+            return section, packets, f"a second section at byte {offset} (not written by group-replay)"
+        try:
+            _block(data, offset, total, block_type, endian, section, packets)
+        except (struct.error, ValueError, IndexError) as exc:
+            return section, packets, f"corrupt block at byte {offset}: {exc}"
         offset += total
     return section, packets, None
+
+
+def _block(
+    data: bytes,
+    offset: int,
+    total: int,
+    block_type: int,
+    endian: str,
+    section: Section,
+    packets: list[Packet],
+) -> None:
+    """Reads one block into `section`/`packets`; raises struct.error/ValueError when it is corrupt."""
+    body = offset + 8
+    end = offset + total - 4
+    if block_type == SHB_TYPE:
+        if total < 28:
+            raise ValueError("section header block too short")
+        for code, value in _options(data, body + 16, end, endian):
+            if code == OPT_COMMENT:
+                section.comments.append(value.decode("utf-8", "replace"))
+            elif code == OPT_SHB_USERAPPL:
+                section.user_application = value.decode("utf-8", "replace")
+    elif block_type == IDB_TYPE:
+        if total < 20:
+            raise ValueError("interface block too short")
+        linktype = struct.unpack_from(endian + "H", data, body)[0]
+        interface = Interface(name=f"if{len(section.interfaces)}", linktype=linktype)
+        for code, value in _options(data, body + 8, end, endian):
+            if code == OPT_IF_NAME:
+                interface.name = value.decode("utf-8", "replace")
+            elif code == OPT_IF_TSRESOL:
+                interface.ts_per_second = _tsresol(value)
+        section.interfaces.append(interface)
+    elif block_type == EPB_TYPE:
+        if total < 32:
+            raise ValueError("packet block too short")
+        if_id, ts_high, ts_low, caplen, _orig = struct.unpack_from(endian + "IIIII", data, body)
+        start = body + 20
+        packet_end = start + caplen
+        if packet_end > end or if_id >= len(section.interfaces):
+            raise ValueError("packet data past its block, or an unknown interface")
+        ticks = (ts_high << 32) | ts_low
+        per_second = section.interfaces[if_id].ts_per_second
+        ts_ns = ticks * 1_000_000_000 // per_second
+        comments = [
+            value.decode("utf-8", "replace")
+            for code, value in _options(data, (packet_end + 3) & ~3, end, endian)
+            if code == OPT_COMMENT
+        ]
+        packets.append(Packet(if_id, ts_ns, data[start:packet_end], comments))
 
 
 def tcp_payload(packet: bytes) -> tuple[bytes, tuple[bytes, int, bytes, int]]:
@@ -139,7 +167,11 @@ def tcp_payload(packet: bytes) -> tuple[bytes, tuple[bytes, int, bytes, int]]:
     total_length = struct.unpack_from(">H", packet, 16)[0]
     if packet[23] != 6:
         raise ValueError("not TCP")
+    if ihl < 20 or ip_end + 20 > len(packet) or 14 + total_length > len(packet):
+        raise ValueError(f"IPv4 header or total length past the packet ({len(packet)} bytes)")
     src, dst = packet[26:30], packet[30:34]
     sport, dport = struct.unpack_from(">HH", packet, ip_end)
     data_offset = (packet[ip_end + 12] >> 4) * 4
+    if data_offset < 20 or ip_end + data_offset > 14 + total_length:
+        raise ValueError(f"TCP data offset {data_offset} past the packet")
     return packet[ip_end + data_offset : 14 + total_length], (src, sport, dst, dport)

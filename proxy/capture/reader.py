@@ -7,15 +7,27 @@ a file that is not a group-replay capture at all.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.capture.header import GroupSettings, SectionHeader, decode_section_header
+from proxy.capture.header import (
+    CommentError,
+    GroupSettings,
+    SectionHeader,
+    decode_packet_comment,
+    decode_section_header,
+)
 from proxy.capture.pcapng import CaptureFormatError, parse, tcp_payload
-from proxy.wire import CodecError, decode_request, decode_response
+from proxy.wire import (
+    REQUEST_PREFIX_BYTES,
+    CodecError,
+    FrameError,
+    decode_request,
+    decode_response,
+    peek_request_header,
+)
 
 __all__ = [
     "Capture",
@@ -107,9 +119,14 @@ def read_capture(path: str | Path) -> Capture:
     current: tuple[dict[str, Any], str, bytearray, int] | None = None  # meta, leg, bytes, expected
 
     def finish() -> None:
-        nonlocal current
+        nonlocal current, damage
         assert current is not None
         meta, leg, buffer, _ = current
+        current = None
+        problem = _frame_problem(meta, buffer)
+        if problem is not None:
+            damage = damage or f"a frame of connection {meta['conn']} is damaged: {problem}"
+            return
         frames.append(
             CapturedFrame(
                 conn=int(meta["conn"]),
@@ -126,21 +143,19 @@ def read_capture(path: str | Path) -> Capture:
                 redacted_body_bytes=meta.get("redacted_body_bytes"),
             )
         )
-        current = None
 
     for index, packet in enumerate(packets):
-        try:
-            payload, _ = tcp_payload(packet.data)
-        except ValueError:
-            continue
         metas: list[dict[str, Any]] = []
-        for comment in packet.comments:
-            try:
-                candidate = json.loads(comment)
-            except ValueError:
-                continue
-            if isinstance(candidate, dict) and "conn" in candidate:
-                metas.append(candidate)
+        try:
+            for comment in packet.comments:
+                meta = decode_packet_comment(comment)
+                if meta is not None:
+                    metas.append(meta)
+            payload, _ = tcp_payload(packet.data)
+        except (CommentError, ValueError) as exc:
+            damage = damage or f"packet {index}: {exc}"
+            current = None
+            continue
         if current is not None and (metas or not payload):
             damage = damage or f"packet {index}: a frame of connection {current[0]['conn']} is incomplete"
             current = None
@@ -195,6 +210,23 @@ def read_capture(path: str | Path) -> Capture:
         connections=connections,
         group_settings=section_header.group_settings,
     )
+
+
+def _frame_problem(meta: dict[str, Any], buffer: bytearray) -> str | None:
+    """Why a reassembled frame cannot be used (its header is not there), or None."""
+    if meta["dir"] == "request":
+        if meta.get("redacted_body_bytes") is None:
+            try:
+                header = peek_request_header(bytes(buffer[4:]))
+            except FrameError as exc:
+                return str(exc)
+            if (header.api_key, header.correlation_id) != (meta["api_key"], meta["correlation_id"]):
+                return "its header does not match its comment"
+        elif len(buffer) < 4 + REQUEST_PREFIX_BYTES:
+            return f"a {len(buffer) - 4}-byte request"
+    elif len(buffer) < 8:
+        return f"a {len(buffer) - 4}-byte response"
+    return None
 
 
 def exchanges(capture: Capture, leg: str = "client") -> list[Exchange]:
