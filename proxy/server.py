@@ -31,6 +31,8 @@ log = logging.getLogger("group_replay.proxy")
 
 WRITE_HIGH_WATER = 1 << 20
 WRITE_LOW_WATER = 256 << 10
+PENDING_PAUSE = 1000  # pending requests of one client that leaves its answers unread
+PENDING_RESUME = 500
 CAPTURE_BACKLOG_HIGH = 64 << 20
 CAPTURE_BACKLOG_LOW = 16 << 20
 
@@ -232,7 +234,10 @@ class _ClientSide(asyncio.Protocol):
         self.client: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
         self.closing = False
-        self.reading_paused = False
+        # Why the client is not being read (reading resumes when none is left): "connect",
+        # "capture" (the writer is behind), "upstream" (the broker is slow to take requests),
+        # "unread" (many requests pending while this client leaves its responses unread).
+        self.pauses: set[str] = set()
         self.peer = "?"
 
     # -- client transport ---------------------------------------------------------------------
@@ -252,7 +257,7 @@ class _ClientSide(asyncio.Protocol):
             self.recorder.open_connection(
                 self.conn, time.time_ns(), self.peer, "{}:{}".format(*self.upstream_address)
             )
-        transport.pause_reading()  # until the upstream connection is up
+        self.pause("connect")  # until the upstream connection is up
         asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
@@ -271,11 +276,31 @@ class _ClientSide(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.upstream = transport
         transport.set_write_buffer_limits(WRITE_HIGH_WATER, WRITE_LOW_WATER)
-        if self.client is not None:
-            self.client.resume_reading()
+        self.resume("connect")
 
     def data_received(self, data: bytes) -> None:
         self._run(self.session.client_data(data, time.time_ns()))
+        # Per-connection backpressure (issue 18 defect 2): a client that pipelines requests
+        # without reading the answers stops being read, as a broker mutes such a channel;
+        # acks=0 producers (never answered) leave nothing unread and keep going.
+        if (
+            self.session.pending_requests > PENDING_PAUSE
+            and self.client is not None
+            and self.client.get_write_buffer_size() > 0
+        ):
+            self.pause("unread")
+
+    def pause(self, reason: str) -> None:
+        if not self.pauses and self.client is not None and not self.closing:
+            self.client.pause_reading()
+        self.pauses.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason not in self.pauses:
+            return
+        self.pauses.discard(reason)
+        if not self.pauses and self.client is not None and not self.closing:
+            self.client.resume_reading()
 
     def eof_received(self) -> bool | None:
         return None  # close our side; connection_lost closes the upstream
@@ -296,6 +321,7 @@ class _ClientSide(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.upstream is not None:
             self.upstream.resume_reading()
+        self.resume("unread")  # the client reads its answers again
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -324,22 +350,24 @@ class _ClientSide(asyncio.Protocol):
                 self.abort(command.reason)
                 return
         recorder = self.recorder
-        if recorder is not None and recorder.backlog_bytes > CAPTURE_BACKLOG_HIGH and not self.reading_paused:
+        if (
+            recorder is not None
+            and recorder.backlog_bytes > CAPTURE_BACKLOG_HIGH
+            and "capture" not in self.pauses
+        ):
             self._pause_for_capture()
 
     def _pause_for_capture(self) -> None:
         if self.client is None or self.closing:
             return
-        self.reading_paused = True
-        self.client.pause_reading()
+        self.pause("capture")
         loop = asyncio.get_running_loop()
 
         def check() -> None:
             if self.closing or self.client is None or self.recorder is None:
                 return
             if self.recorder.backlog_bytes < CAPTURE_BACKLOG_LOW:
-                self.reading_paused = False
-                self.client.resume_reading()
+                self.resume("capture")
             else:
                 loop.call_later(0.005, check)
 
@@ -378,6 +406,8 @@ class _ClientSide(asyncio.Protocol):
 
     def upstream_data(self, data: bytes) -> None:
         self._run(self.session.upstream_data(data, time.time_ns()))
+        if "unread" in self.pauses and self.session.pending_requests < PENDING_RESUME:
+            self.resume("unread")
 
     def upstream_lost(self, exc: Exception | None) -> None:
         if self.closing:
@@ -415,12 +445,10 @@ class _UpstreamSide(asyncio.Protocol):
         self.owner.upstream_lost(exc)
 
     def pause_writing(self) -> None:  # the broker is slow: stop reading the client
-        if self.owner.client is not None:
-            self.owner.client.pause_reading()
+        self.owner.pause("upstream")
 
     def resume_writing(self) -> None:
-        if self.owner.client is not None and not self.owner.reading_paused:
-            self.owner.client.resume_reading()
+        self.owner.resume("upstream")
 
 
 async def serve(config: ProxyConfig, recorder: Any | None = None) -> None:

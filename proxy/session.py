@@ -458,7 +458,7 @@ class ProxySession:
             pos = end
         self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
-            self.table.trim()
+            self.table.trim()  # amortized: a pass only when the table has grown enough
         return pos
 
     def _scan_responses(self, data: bytes, pos: int, n: int) -> int:
@@ -532,7 +532,7 @@ class ProxySession:
         self._raw_client_id = raw_client_id
         self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
-            self.table.trim()
+            self.table.trim()  # amortized: a pass only when the table has grown enough
         return pos
 
     def _scan_recorded_responses(self, data: bytes, pos: int, n: int) -> int:

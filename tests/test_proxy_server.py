@@ -346,3 +346,53 @@ def test_leave_group_claiming_2_32_members_costs_at_most_its_connection(must_cha
         upstream.close()
 
     asyncio.run(main())
+
+
+def test_a_client_pipelining_20000_requests_unread_costs_no_one_else() -> None:
+    """Issue 18 defect 2: 20,000 pipelined Produce and Heartbeat requests whose answers the
+    client does not read while a canary makes round trips: every canary round trip is answered,
+    the pipelining connection is not closed, and (once it reads) gets all 20,000 answers in order.
+    Before: past 10,000 pending requests every request cost a pass over the table (12.5 s event
+    loop stalls), and trimmed Produce requests closed the connection when answered."""
+
+    async def main() -> None:
+        upstream = await _start(_echo)
+        proxy, port = await _proxy(_port(upstream))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 16)
+        canary_reader, canary_writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(_opaque(i, b"x" * 60) if i % 2 else _heartbeat(i) for i in range(20_000)))
+        for number in range(200):
+            canary_writer.write(_heartbeat(number))
+            assert await _responses(canary_reader, 1) == [number.to_bytes(4, "big") + b"ok"]
+        frames = await _responses(reader, 20_000)
+        assert [int.from_bytes(f[:4], "big") for f in frames] == list(range(20_000))
+        assert proxy.summary().closed_on_error == 0
+        for w in (writer, canary_writer):
+            w.close()
+        await proxy.close()
+        upstream.close()
+
+    asyncio.run(main())
+
+
+def test_the_correlation_table_is_trimmed_in_amortized_constant_time() -> None:
+    from proxy.wire import CorrelationTable
+
+    passes = 0
+
+    class Counting(CorrelationTable):
+        def trim(self) -> None:
+            nonlocal passes
+            before = self._trim_at
+            super().trim()
+            passes += self._trim_at != before or len(self.pending) <= before
+
+    table = Counting()
+    for number in range(40_000):
+        table.add((12, 4, number, None, 4, None, 0))  # Heartbeats: nothing to trim
+    assert passes <= 3 and len(table) == 40_000
+    produce = Counting()
+    for number in range(40_000):
+        produce.add((0, 9, number, None, 9, None, 0))  # acks=0 Produce: set aside, bounded
+    assert len(produce) <= 10_000 and len(produce.forgotten) <= 40_000
+    assert produce.pop(5).correlation_id == 5  # answered late after all: no error
