@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from proxy.server import ProxyConfig, ProxyServer, parse_hostport
+from proxy.session import DEFAULT_MAX_BUFFERED_BYTES
 from proxy.upstream import describe_upstream
 from proxy.wire import DEFAULT_MAX_FRAME_BYTES
 
@@ -39,6 +40,14 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_FRAME_BYTES,
         metavar="N",
         help="close connections that announce larger frames (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-buffered-bytes",
+        type=int,
+        default=DEFAULT_MAX_BUFFERED_BYTES,
+        metavar="N",
+        help="bytes of partial frames all connections may hold together; a frame that would pass it "
+        "closes its connection (default %(default)s)",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
@@ -114,14 +123,17 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"group-replay proxy: {exc}", file=sys.stderr)
         return 2
-    if args.max_frame_bytes <= 0:
-        print("group-replay proxy: --max-frame-bytes must be positive", file=sys.stderr)
+    if args.max_frame_bytes <= 0 or args.max_buffered_bytes <= 0:
+        print(
+            "group-replay proxy: --max-frame-bytes and --max-buffered-bytes must be positive", file=sys.stderr
+        )
         return 2
     config = ProxyConfig(
         upstream=upstream,
         listen=listen,
         advertised_host=args.advertise_host,
         max_frame_bytes=args.max_frame_bytes,
+        max_buffered_bytes=args.max_buffered_bytes,
     )
     if args.policy:
         try:

@@ -24,7 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.addressing import AddressRewriter
-from proxy.session import Close, PassThrough, ProxySession, Record, RewritePolicy, SendClient, SendUpstream
+from proxy.session import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    BufferBudget,
+    Close,
+    PassThrough,
+    ProxySession,
+    Record,
+    RewritePolicy,
+    SendClient,
+    SendUpstream,
+)
 from proxy.wire import DEFAULT_MAX_FRAME_BYTES
 
 log = logging.getLogger("group_replay.proxy")
@@ -50,6 +60,7 @@ class ProxyConfig:
     listen: tuple[str, int] = ("127.0.0.1", 0)
     advertised_host: str | None = None  # host written into rewritten responses (default: listen host)
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES  # partial frames of all connections together
     policy: RewritePolicy = field(default_factory=PassThrough)
 
 
@@ -124,6 +135,7 @@ class ProxyServer:
         self.addresses = AddressRewriter(self)
         self.bootstrap: tuple[str, int] | None = None
         self.stats = ProxyStats()
+        self.budget = BufferBudget(config.max_buffered_bytes)
         self.health: dict[tuple[str, int], UpstreamHealth] = {}
 
     def upstream_failed(self, upstream: tuple[str, int], error: str) -> None:
@@ -229,6 +241,7 @@ class _ClientSide(asyncio.Protocol):
             policy=server.config.policy,
             addresses=server.addresses,
             max_frame_bytes=server.config.max_frame_bytes,
+            budget=server.budget,
         )
         self.recorder = recorder
         self.client: asyncio.Transport | None = None
@@ -379,6 +392,7 @@ class _ClientSide(asyncio.Protocol):
 
     def _forget(self) -> None:
         """Take this connection out of the server's table, its counters into the totals (once)."""
+        self.session.release()
         if self.server.connections.pop(self.conn, None) is not None:
             self.server.stats.add(self.session)
 

@@ -166,6 +166,25 @@ _RAW_SASL_TOKEN: tuple[int, int, int, None, int, None, int] = (-1, 0, -1, None, 
 _RAW_SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER": 1}
 
 
+DEFAULT_MAX_BUFFERED_BYTES = 256 << 20  # all connections' partial frames together
+
+
+class BufferBudget:
+    """Bytes of partial frames held by all sessions of one proxy, and their cap (issue 18
+    defect 5): a frame that would take the total past `limit_bytes` closes its connection, and a
+    closed connection gives its bytes back."""
+
+    __slots__ = ("limit_bytes", "used_bytes")
+
+    def __init__(self, limit_bytes: int = DEFAULT_MAX_BUFFERED_BYTES) -> None:
+        self.limit_bytes = limit_bytes
+        self.used_bytes = 0
+
+
+class BudgetExceeded(FrameError):
+    """Holding this frame would take the proxy past its buffer budget."""
+
+
 class _Direction:
     """Splits one direction's byte stream into frames, forwarding what it need not hold.
 
@@ -184,7 +203,8 @@ class _Direction:
     """
 
     __slots__ = (
-        "_buf", "_classify", "_finish", "_head_bytes", "_hold", "_keep", "_max", "_remaining", "scan",
+        "_accounted", "_buf", "_classify", "_finish", "_head_bytes", "_hold", "_keep", "_max", "_remaining",
+        "budget", "scan",
     )  # fmt: skip
 
     def __init__(
@@ -204,6 +224,31 @@ class _Direction:
         self._remaining = 0  # body bytes of a decided frame still to come
         self._keep = False
         self._hold = False
+        self.budget: BufferBudget | None = None
+        self._accounted = 0  # bytes of _buf counted in the budget
+
+    def _account(self) -> None:
+        """Brings the budget up to date with this direction's buffer after a read."""
+        budget = self.budget
+        assert budget is not None
+        size = len(self._buf)
+        delta = size - self._accounted
+        self._accounted = size
+        budget.used_bytes += delta
+        if delta > 0 and budget.used_bytes > budget.limit_bytes:
+            raise BudgetExceeded(
+                f"holding this partial frame would take the proxy's buffered bytes past its budget "
+                f"of {budget.limit_bytes} bytes (--max-buffered-bytes)"
+            )
+        if size == 0 and delta < -(1 << 20):
+            self._buf = bytearray()  # give a big frame's memory back
+
+    def release(self) -> None:
+        """The connection is gone: its partial frame's bytes go back to the budget."""
+        if self.budget is not None:
+            self.budget.used_bytes -= self._accounted
+        self._accounted = 0
+        self._buf = bytearray()
 
     @property
     def buffered(self) -> int:
@@ -227,6 +272,14 @@ class _Direction:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The byte strings to forward, in order. Raises FrameError or ProtocolViolation."""
+        if self.budget is None:
+            return self._feed(data)
+        try:
+            return self._feed(data)
+        finally:
+            self._account()
+
+    def _feed(self, data: bytes) -> list[bytes]:
         out: list[bytes] = []
         buf = self._buf
         n = len(data)
@@ -360,6 +413,7 @@ class ProxySession:
         policy: RewritePolicy | None = None,
         addresses: AddressRewriter | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        budget: BufferBudget | None = None,
     ) -> None:
         self.conn = conn
         self.record = record
@@ -389,6 +443,7 @@ class ProxySession:
             # generic keep-and-finish path: each frame is sliced once into its Record).
             self._requests.scan = self._scan_recorded_requests if record else self._scan_requests
             self._responses.scan = self._scan_recorded_responses if record else self._scan_responses
+        self._requests.budget = self._responses.budget = budget
         self._scans = (self._requests.scan, self._responses.scan)
         # SASL before KIP-152: after a successful SaslHandshake v0 the client sends raw tokens
         # (a size prefix, no Kafka header) and the broker answers each with a raw token, until the
@@ -423,14 +478,23 @@ class ProxySession:
         events = self._events = []
         try:
             pieces = direction.feed(data)
+        except BudgetExceeded as exc:
+            self.closed = str(exc)
         except (FrameError, ProtocolViolation, CodecError, CorrelationError) as exc:
             self.closed = f"malformed {side} frame: {exc}"
+        if self.closed is not None:
+            self.release()
             return [*events, Close(self.closed)]
         commands: list[Command] = []
         if pieces:
             commands.append(send(pieces[0] if len(pieces) == 1 else b"".join(pieces)))
         commands += events
         return commands
+
+    def release(self) -> None:
+        """Give the partial frames' bytes back (the shell calls it when the connection ends)."""
+        self._requests.release()
+        self._responses.release()
 
     @property
     def pending_requests(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
@@ -396,3 +397,42 @@ def test_the_correlation_table_is_trimmed_in_amortized_constant_time() -> None:
         produce.add((0, 9, number, None, 9, None, 0))  # acks=0 Produce: set aside, bounded
     assert len(produce) <= 10_000 and len(produce.forgotten) <= 40_000
     assert produce.pop(5).correlation_id == 5  # answered late after all: no error
+
+
+def test_partial_frames_share_one_buffer_budget(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 18 defect 5: 8 connections each start a 1 MiB JoinGroup and stop halfway (0.5 MiB
+    held each); with a 2 MiB budget the ones past it are closed with a clear reason, the total
+    held never passes the budget, and every byte comes back when the connections close."""
+    mib = 1 << 20
+
+    async def main() -> None:
+        upstream = await _start(_echo)
+        proxy, port = await _proxy(_port(upstream), max_buffered_bytes=2 * mib)
+        head = (11).to_bytes(2, "big") + (5).to_bytes(2, "big") + (1).to_bytes(4, "big") + b"\xff\xff"
+        partial = mib.to_bytes(4, "big") + head + b"\x00" * (mib // 2)
+        connections = []
+        for _ in range(8):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(partial)
+            await writer.drain()
+            connections.append((reader, writer))
+        await asyncio.sleep(0.5)
+        assert proxy.budget.used_bytes <= 2 * mib
+        closed = 0
+        for reader, _ in connections:
+            with contextlib.suppress(TimeoutError):  # still open: its half frame held
+                closed += await asyncio.wait_for(reader.read(), 0.2) == b""
+        assert 4 <= closed <= 6
+        canary_reader, canary_writer = await asyncio.open_connection("127.0.0.1", port)
+        canary_writer.write(_heartbeat(9))
+        assert await _responses(canary_reader, 1) == [b"\x00\x00\x00\x09ok"]
+        for _, writer in [*connections, (canary_reader, canary_writer)]:
+            writer.close()
+        await asyncio.sleep(0.3)
+        assert proxy.budget.used_bytes == 0
+        await proxy.close()
+        upstream.close()
+
+    with caplog.at_level(logging.WARNING, logger="group_replay.proxy"):
+        asyncio.run(main())
+    assert "past its budget of 2097152 bytes (--max-buffered-bytes)" in caplog.text
