@@ -1,4 +1,5 @@
-"""The HTML report in headless Chromium at 1, 3 and 50 sessions: screenshot, and no label overlaps.
+"""The HTML report in headless Chromium at 1, 3, 50 and 10,000 sessions (slow): screenshot, and no
+label overlaps.
 
 The layout check runs in the browser: a copy of the report gets a small script that measures the
 matrix's label cells (text must fit its cell: long names wrap, never spill over a neighbour) and
@@ -94,7 +95,7 @@ def spark() -> SparkSession:
     return shared_test_session()
 
 
-@pytest.mark.parametrize("sessions", [1, 3, 50])
+@pytest.mark.parametrize("sessions", [1, 3, 50, pytest.param(10_000, marks=pytest.mark.slow)])
 def test_report_renders_without_overlaps(spark: SparkSession, sessions: int, tmp_path: Path) -> None:
     events = tmp_path / "events"
     synth_events(spark, sessions, diff_rate=0.5, noise_rate=0.5).write.parquet(str(events))
@@ -106,6 +107,11 @@ def test_report_renders_without_overlaps(spark: SparkSession, sessions: int, tmp
     sections = re.findall(r"<section class='session' id='([^']+)'", html)
     assert sections and len(sections) == len(set(sections))
     assert len(sections) <= sessions * 4  # one per (session, scenario, group) at most
+    # Readable at any size: the worst 30 comparisons and each matrix cell's worst session, no more.
+    assert len(sections) <= 30 + len(data.matrix)
+    assert len(html) < 3_000_000
+    if data.failing > 30:
+        assert f"The 30 worst of {data.failing:,} comparisons" in html
     assert layout_problems(report) == []
     png = render_png(report, tmp_path / "report.png", width=1400, height=1800)
     assert png_size(png) == (1400, 1800)

@@ -223,9 +223,14 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
     )
     done = F.col("done")
     generation_ids = F.array_distinct(F.transform(done, lambda d: d["generation_id"]))
-    with_generations = aggregated.select(
-        "*", with_churn(F.transform(generation_ids, _generation(done)), F.col("starts")).alias("generations")
-    ).drop("done", "starts")
+    built = aggregated.select("*", F.transform(generation_ids, _generation(done)).alias("generations"))
+    # A projection of its own: `with_churn` reads each generation's predecessor, and an inlined
+    # generations expression would be rebuilt for every element (Spark keeps non-cheap
+    # expressions that are referenced more than once in their own projection).
+    with_generations = built.select(
+        *[c for c in built.columns if c not in ("done", "starts", "generations")],
+        with_churn(F.col("generations"), F.col("starts")).alias("generations"),
+    )
     errors = F.col("member_errors")
     error_members = F.array_sort(F.array_distinct(F.transform(errors, lambda e: e["member_key"])))
 

@@ -368,6 +368,12 @@ def _worst_table(data: ReportData) -> list[str]:
     parts = ["<h2>Worst differences</h2>"]
     if not failing:
         return [*parts, "<p class='pass'>No differences beyond noise.</p>"]
+    if data.failing > len(failing):
+        parts.append(
+            f"<p class='muted'>The {len(failing)} worst of {data.failing:,} comparisons that did not "
+            "pass; every comparison is in the <code>session_verdicts</code> table and every difference "
+            "in <code>rebalance_diff</code> (--out).</p>"
+        )
     parts.append(
         "<table><tr><th>session / group</th><th>scenario</th><th>compared</th><th>status</th>"
         "<th>diffs</th><th>first divergent generation</th><th>Δ rebalances</th><th>member_key</th>"
