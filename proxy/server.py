@@ -266,10 +266,9 @@ class _ClientSide(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.recorder is not None:
-            self.recorder.open_connection(
-                self.conn, time.time_ns(), self.peer, "{}:{}".format(*self.upstream_address)
-            )
+        self._run(
+            self.session.connection_opened(time.time_ns(), self.peer, "{}:{}".format(*self.upstream_address))
+        )
         self.pause("connect")  # until the upstream connection is up
         asyncio.get_running_loop().create_task(self._connect())
 
@@ -362,6 +361,8 @@ class _ClientSide(asyncio.Protocol):
                 self.server.stats.closed_on_error += 1
                 self.abort(command.reason)
                 return
+            elif self.recorder is not None:  # Opened, Closed: the connection's events
+                self.recorder.record_event(command)
         recorder = self.recorder
         if (
             recorder is not None
@@ -387,12 +388,11 @@ class _ClientSide(asyncio.Protocol):
         loop.call_later(0.005, check)
 
     def _record_close(self, reason: str) -> None:
-        if self.recorder is not None:
-            self.recorder.close_connection(self.conn, time.time_ns(), reason)
+        self._run(self.session.connection_closed(time.time_ns(), reason))
 
     def _forget(self) -> None:
         """Take this connection out of the server's table, its counters into the totals (once)."""
-        self.session.release()
+        self.session.release()  # the budget's bytes, also when no close was recorded
         if self.server.connections.pop(self.conn, None) is not None:
             self.server.stats.add(self.session)
 

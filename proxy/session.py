@@ -140,7 +140,26 @@ class Close:
     reason: str
 
 
-Command = SendUpstream | SendClient | Record | Close
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The connection opened (recorded as the capture's SYN with its comment)."""
+
+    conn: int
+    ts_ns: int
+    client: str
+    upstream: str
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """The connection ended, for `reason` (recorded as the capture's FIN with its comment)."""
+
+    conn: int
+    ts_ns: int
+    reason: str
+
+
+Command = SendUpstream | SendClient | Record | Close | Opened | Closed
 
 
 class ProtocolViolation(Exception):
@@ -422,6 +441,7 @@ class ProxySession:
         self.addresses = addresses
         self.table = CorrelationTable()
         self.closed: str | None = None
+        self._ended = False
         self.client_id: str | None = None
         self._raw_client_id: bytes | None = None  # client_id's bytes, to decode it once per change
         self._now_ns = 0
@@ -490,6 +510,23 @@ class ProxySession:
             commands.append(send(pieces[0] if len(pieces) == 1 else b"".join(pieces)))
         commands += events
         return commands
+
+    def connection_opened(self, now_ns: int, client: str, upstream: str) -> list[Command]:
+        """The shell accepted the client and is connecting to `upstream`: [Opened] when recording.
+
+        With `connection_closed`, this makes the capture a pure function of the session's
+        commands: the shell hands Records, Opened and Closed to the recorder and nothing else."""
+        return [Opened(self.conn, now_ns, client, upstream)] if self.record else []
+
+    def connection_closed(self, now_ns: int, reason: str) -> list[Command]:
+        """The connection ended (either side, or a Close this session asked for): [Closed] once
+        when recording; its partial frames' bytes go back to the budget."""
+        self.release()
+        if self._ended:
+            return []
+        self._ended = True
+        self.closed = self.closed or reason
+        return [Closed(self.conn, now_ns, reason)] if self.record else []
 
     def release(self) -> None:
         """Give the partial frames' bytes back (the shell calls it when the connection ends)."""

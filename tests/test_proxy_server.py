@@ -298,8 +298,11 @@ def test_raw_sasl_plain_login_is_relayed_and_no_secret_reaches_log_or_capture(
     for secret in (SECRET, b"bob"):
         assert secret.decode() not in logged
         assert secret not in (tmp_path / "c.pcapng").read_bytes()
-    frames = read_capture(tmp_path / "c.pcapng").frames
-    assert [f.api_key for f in frames if f.leg == "client"] == [17, 17, 12, 12]
+    capture = read_capture(tmp_path / "c.pcapng")
+    assert [f.api_key for f in capture.frames if f.leg == "client"] == [17, 17, 12, 12]
+    # Connection open/close are session commands too: both connections, with their reasons.
+    reasons = [c.close_reason or "" for c in capture.connections.values()]
+    assert len(reasons) == 2 and "client closed" in reasons[0] and "not a Kafka request" in reasons[1]
 
 
 def _leave_group_claiming_2_32_members() -> bytes:

@@ -17,7 +17,7 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from proxy.addressing import AddressRewriter, StaticDirectory
-from proxy.session import Close, ProxySession, Record, SendClient, SendUpstream
+from proxy.session import Close, Closed, Opened, ProxySession, Record, SendClient, SendUpstream
 from proxy.wire import FrameDecoder, decode_response, encode_request, encode_response, frame
 
 
@@ -377,3 +377,14 @@ def test_an_unexpected_raw_token_closes_without_quoting_it() -> None:
     [close] = session.client_data(frame(b"\x00bob\x00" + SECRET), 0)
     assert isinstance(close, Close)
     assert "bob" not in close.reason and str(int.from_bytes(b"\x00bob"[2:6], "big")) not in close.reason
+
+
+def test_connection_open_and_close_are_session_commands() -> None:
+    """The capture is the stream of session commands: the shell passes the time in."""
+    session = ProxySession(4, record=True)
+    assert session.connection_opened(5, "c:1", "b:2") == [Opened(4, 5, "c:1", "b:2")]
+    assert session.connection_closed(9, "client closed") == [Closed(4, 9, "client closed")]
+    assert session.connection_closed(10, "again") == []  # once
+    assert session.client_data(_heartbeat(1), 11) == []  # nothing after the end
+    quiet = ProxySession(5)
+    assert quiet.connection_opened(5, "c:1", "b:2") == [] and quiet.connection_closed(6, "x") == []

@@ -53,7 +53,7 @@ from scapy.utils import RawPcapNgWriter
 
 from proxy.capture import KAFKA_PORT
 from proxy.capture.header import GroupSettings, encode_section_header
-from proxy.session import Record
+from proxy.session import Closed, Opened, Record
 from proxy.wire import ApiKey, FrameError, peek_request_header, response_header_size
 
 LEGS = ("client", "upstream")
@@ -434,15 +434,6 @@ class _Synthesizer:
                 self._json_cache[text] = cached
         return cached
 
-    def _flush_run(self, run: list[Record], out: list[Buffer]) -> None:
-        if not run:
-            return
-        try:
-            self._write_run(run, out)
-        except Exception as exc:  # keep recording the rest; remember the first failure
-            self.error = self.error or exc
-        run.clear()
-
     def _comment(self, record: Record, api_version: int, redacted: int | None) -> bytes:
         extra = "" if redacted is None else f',"redacted_body_bytes":{redacted}'
         return (
@@ -601,6 +592,14 @@ class CaptureWriter:
 
     def close_connection(self, conn: int, ts_ns: int, reason: str) -> None:
         self._queue.put(("close", conn, ts_ns, reason))
+
+    def record_event(self, command: Opened | Closed) -> None:
+        """A session's Opened or Closed command (the capture is the stream of session commands)."""
+        match command:
+            case Opened(conn=conn, ts_ns=ts_ns, client=client, upstream=upstream):
+                self.open_connection(conn, ts_ns, client, upstream)
+            case Closed(conn=conn, ts_ns=ts_ns, reason=reason):
+                self.close_connection(conn, ts_ns, reason)
 
     def close(self) -> None:
         """Write everything queued, then close the file (blocks until the writer process is done)."""
