@@ -86,3 +86,40 @@ def test_wrong_types_are_damage_not_exceptions() -> None:
     assert header.damage is not None and "max_size" in header.damage and "upstream" in header.damage
     assert decode_section_header(json.dumps([1, 2])) is None
     assert decode_section_header("{") is None
+
+
+def test_packet_comment_encoders_and_decoder_agree() -> None:
+    """One codec: what the writer's encoders produce, the reader's decoder accepts field for field."""
+    from proxy.capture.header import (
+        FRAME_COMMENT_FIELDS,
+        close_comment,
+        decode_packet_comment,
+        frame_comment,
+        frame_comment_head,
+        frame_comment_tail,
+        open_comment,
+    )
+
+    whole = decode_packet_comment(frame_comment(3, "request", 11, 5, 7, '"c"', "null", 99, True, 12).decode())
+    assert whole is not None and set(whole) == set(FRAME_COMMENT_FIELDS)
+    assert (whole["client_id"], whole["group_id"], whole["rewritten"], whole["redacted_body_bytes"]) == (
+        "c",
+        None,
+        True,
+        12,
+    )
+    cached = decode_packet_comment(
+        frame_comment_head(3, "response", 11, 5, '"c"', '"g"') + frame_comment_tail(7, 99)
+    )
+    assert cached is not None and (cached["correlation_id"], cached["ts_ns"], cached["group_id"]) == (
+        7,
+        99,
+        "g",
+    )
+    assert decode_packet_comment(open_comment(3, "a:1", "b:2").decode()) == {
+        "conn": 3,
+        "event": "open",
+        "client": "a:1",
+        "upstream": "b:2",
+    }
+    assert decode_packet_comment(close_comment(3, "bye").decode())["reason"] == "bye"  # type: ignore[index]

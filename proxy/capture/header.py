@@ -215,8 +215,56 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------
 # Per-packet comments (format 1 and 2 alike): one per frame, one per connection event.
-# The writer formats them on its hot path (proxy.capture.writer `_comment`, `_write`) with these
-# keys; the reader decodes them here, checking every field it uses.
+# Encoded by the functions below (the writer process calls them; its hot path caches a frame
+# comment's head per connection/API/client/group and appends only the tail), decoded by
+# `decode_packet_comment`, which checks every field the reader uses.
+
+
+def open_comment(conn: int, client: str | None, upstream: str | None) -> bytes:
+    return json.dumps(
+        {"conn": conn, "event": "open", "client": client, "upstream": upstream}, separators=(",", ":")
+    ).encode()
+
+
+def close_comment(conn: int, reason: str | None) -> bytes:
+    return json.dumps({"conn": conn, "event": "close", "reason": reason}, separators=(",", ":")).encode()
+
+
+def frame_comment_head(
+    conn: int, direction: str, api_key: int, api_version: int, client_id_json: str, group_id_json: str
+) -> str:
+    """Everything of a frame comment but its correlation id and time (`frame_comment_tail`);
+    `*_json` are the JSON texts of client_id and group_id (the writer caches them)."""
+    return (
+        f'{{"conn":{conn},"dir":"{direction}","api_key":{api_key},"api_version":{api_version},'
+        f'"client_id":{client_id_json},"group_id":{group_id_json},"rewritten":false,"correlation_id":'
+    )
+
+
+def frame_comment_tail(correlation_id: int, ts_ns: int) -> str:
+    return f'{correlation_id},"ts_ns":{ts_ns}}}'
+
+
+def frame_comment(
+    conn: int,
+    direction: str,
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    client_id_json: str,
+    group_id_json: str,
+    ts_ns: int,
+    rewritten: bool,
+    redacted_body_bytes: int | None,
+) -> bytes:
+    """A whole frame comment (the general path: rewritten frames, SASL, big frames)."""
+    extra = "" if redacted_body_bytes is None else f',"redacted_body_bytes":{redacted_body_bytes}'
+    return (
+        f'{{"conn":{conn},"dir":"{direction}","api_key":{api_key},"api_version":{api_version},'
+        f'"correlation_id":{correlation_id},"client_id":{client_id_json},"group_id":{group_id_json},'
+        f'"ts_ns":{ts_ns},"rewritten":{"true" if rewritten else "false"}{extra}}}'
+    ).encode()
+
 
 FRAME_COMMENT_FIELDS: Final[dict[str, tuple[type, ...]]] = {
     "conn": (int,),

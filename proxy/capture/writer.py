@@ -52,7 +52,15 @@ from scapy.layers.l2 import Ether
 from scapy.utils import RawPcapNgWriter
 
 from proxy.capture import KAFKA_PORT
-from proxy.capture.header import GroupSettings, encode_section_header
+from proxy.capture.header import (
+    GroupSettings,
+    close_comment,
+    encode_section_header,
+    frame_comment,
+    frame_comment_head,
+    frame_comment_tail,
+    open_comment,
+)
 from proxy.session import Closed, Opened, Record
 from proxy.wire import ApiKey, FrameError, peek_request_header, response_header_size
 
@@ -319,7 +327,7 @@ class _Synthesizer:
 
         Per frame only the correlation id and timestamp are formatted into its comment; the rest
         of the comment is cached per (conn, direction, api_key, api_version, client_id, group_id).
-        Same keys as `_comment`, in another order (they are JSON objects).
+        The comment codec is `proxy.capture.header` (`frame_comment_head`/`_tail`).
         """
         conn, direction = run[0][0], run[0][1]
         heads = self._comment_heads
@@ -331,18 +339,17 @@ class _Synthesizer:
         total = 0
         pack_size = _SIZE_PREFIX.pack
         pack_option = _OPTION_HEAD.pack
+        tail = frame_comment_tail
         for _, _, ts_ns, api_key, api_version, _, correlation_id, client_id, group_id, payload, _ in run:
             key = (conn, direction, api_key, api_version, client_id, group_id)
             head = heads.get(key)
             if head is None:
-                head = (
-                    f'{{"conn":{conn},"dir":"{direction}","api_key":{api_key},"api_version":{api_version},'
-                    f'"client_id":{self._json(client_id)},"group_id":{self._json(group_id)},'
-                    f'"rewritten":false,"correlation_id":'
+                head = frame_comment_head(
+                    conn, direction, api_key, api_version, self._json(client_id), self._json(group_id)
                 )
                 if len(heads) < 10_000:
                     heads[key] = head
-            comment = f'{head}{correlation_id},"ts_ns":{ts_ns}}}'.encode()
+            comment = (head + tail(correlation_id, ts_ns)).encode()
             length = 4 + len(payload)
             if size + length > MAX_SEGMENT:
                 data = b"".join(parts)
@@ -398,10 +405,7 @@ class _Synthesizer:
             case ("open", conn, ts_ns, client, upstream):
                 for leg in (0, 1):
                     stream = self._stream(conn, leg, upstream)
-                    comment = json.dumps(
-                        {"conn": conn, "event": "open", "client": client, "upstream": upstream},
-                        separators=(",", ":"),
-                    ).encode()
+                    comment = open_comment(conn, client, upstream)
                     syn = stream.packet(True, _FLAG_SYN, b"")
                     synack = stream.packet(False, _FLAG_SYN | _FLAG_ACK, b"")
                     ack = stream.packet(True, _FLAG_ACK, b"")
@@ -409,7 +413,7 @@ class _Synthesizer:
                     out.append(blocks.packet_block(synack, leg, ts_ns, None))
                     out.append(blocks.packet_block(ack, leg, ts_ns, None))
             case ("close", conn, ts_ns, reason):
-                comment = json.dumps({"conn": conn, "event": "close", "reason": reason}).encode()
+                comment = close_comment(conn, reason)
                 for leg in (0, 1):
                     closing = self._streams.pop((conn, leg), None)
                     if closing is None:
@@ -435,13 +439,18 @@ class _Synthesizer:
         return cached
 
     def _comment(self, record: Record, api_version: int, redacted: int | None) -> bytes:
-        extra = "" if redacted is None else f',"redacted_body_bytes":{redacted}'
-        return (
-            f'{{"conn":{record.conn},"dir":"{record.direction}","api_key":{record.api_key},'
-            f'"api_version":{api_version},"correlation_id":{record.correlation_id},'
-            f'"client_id":{self._json(record.client_id)},"group_id":{self._json(record.group_id)},'
-            f'"ts_ns":{record.ts_ns},"rewritten":{"true" if record.rewritten else "false"}{extra}}}'
-        ).encode()
+        return frame_comment(
+            record.conn,
+            record.direction,
+            record.api_key,
+            api_version,
+            record.correlation_id,
+            self._json(record.client_id),
+            self._json(record.group_id),
+            record.ts_ns,
+            record.rewritten,
+            redacted,
+        )
 
     def _segments(
         self, run: list[Record], leg: int
