@@ -22,13 +22,22 @@ frame-by-frame path, which emits the same commands (a property test checks this)
 
 from __future__ import annotations
 
-import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from proxy.addressing import ADDRESS_API_KEYS, AddressRewriter
+from proxy.layouts import (
+    P_API_KEY,
+    P_API_VERSION,
+    P_CLIENT_ID,
+    P_CORRELATION_ID,
+    P_GROUP_ID,
+    P_UPSTREAM_API_VERSION,
+    Record,
+    new_record,
+)
 from proxy.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     GROUP_API_KEYS,
@@ -106,33 +115,6 @@ class SendUpstream:
 @dataclass(frozen=True, slots=True)
 class SendClient:
     data: bytes
-
-
-class Record(NamedTuple):
-    """One Kafka frame as each leg saw it (the same object twice when nothing rewrote it).
-
-    A NamedTuple: one is built per recorded frame, on the event loop's hot path.
-    """
-
-    conn: int
-    direction: str  # "request" | "response"
-    ts_ns: int
-    api_key: int
-    api_version: int  # the client's version; upstream_api_version is what the broker saw
-    upstream_api_version: int
-    correlation_id: int
-    client_id: str | None
-    group_id: str | None
-    client_payload: bytes  # frame without its size prefix, as the client sent or received it
-    upstream_payload: bytes  # as the broker received or sent it
-
-    @property
-    def rewritten(self) -> bool:
-        same = self.client_payload is self.upstream_payload
-        return not same and self.client_payload != self.upstream_payload
-
-
-_new_record = functools.partial(tuple.__new__, Record)  # Record from a tuple, minus __new__'s call
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,7 +559,7 @@ class ProxySession:
             if end > n or size < 4 or size > maximum:
                 break
             head = pending[0]
-            if head[2] != correlation_id or head[0] in address_keys:
+            if head[P_CORRELATION_ID] != correlation_id or head[P_API_KEY] in address_keys:
                 break
             popleft()
             pos = end
@@ -623,7 +605,7 @@ class ProxySession:
             payload = data[pos + 4 : end]
             append((api_key, api_version, correlation_id, client_id, api_version, None, now_ns))
             emit(
-                _new_record(
+                new_record(
                     (conn, "request", now_ns, api_key, api_version, api_version, correlation_id,
                      client_id, None, payload, payload)
                 )
@@ -653,13 +635,14 @@ class ProxySession:
             if end > n or size < 4 or size > maximum:
                 break
             head = pending[0]
-            if head[2] != correlation_id or head[0] in address_keys:
+            if head[P_CORRELATION_ID] != correlation_id or head[P_API_KEY] in address_keys:
                 break
             popleft()
             payload = data[pos + 4 : end]
             emit(
-                _new_record(
-                    (conn, "response", now_ns, head[0], head[1], head[4], correlation_id, head[3], head[5],
+                new_record(
+                    (conn, "response", now_ns, head[P_API_KEY], head[P_API_VERSION],
+                     head[P_UPSTREAM_API_VERSION], correlation_id, head[P_CLIENT_ID], head[P_GROUP_ID],
                      payload, payload)
                 )
             )  # fmt: skip
@@ -841,3 +824,21 @@ class ProxySession:
                 )
             )
         return client_payload
+
+
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_BYTES",
+    "BudgetExceeded",
+    "BufferBudget",
+    "Close",
+    "Closed",
+    "Command",
+    "Opened",
+    "PassThrough",
+    "ProtocolViolation",
+    "ProxySession",
+    "Record",
+    "RewritePolicy",
+    "SendClient",
+    "SendUpstream",
+]

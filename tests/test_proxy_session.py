@@ -388,3 +388,17 @@ def test_connection_open_and_close_are_session_commands() -> None:
     assert session.client_data(_heartbeat(1), 11) == []  # nothing after the end
     quiet = ProxySession(5)
     assert quiet.connection_opened(5, "c:1", "b:2") == [] and quiet.connection_closed(6, "x") == []
+
+
+def test_hot_path_tuple_layouts_match_their_named_tuples() -> None:
+    """proxy.layouts names the positions the relay and the writer index; they must be the
+    NamedTuples' own field positions."""
+    from proxy import layouts
+    from proxy.wire import PendingRequest
+
+    for name in dir(layouts):
+        if name.startswith("R_"):
+            field = {"DIRECTION": "direction"}.get(name[2:], name[2:].lower())
+            assert Record._fields[getattr(layouts, name)] == field, name
+        elif name.startswith("P_"):
+            assert PendingRequest._fields[getattr(layouts, name)] == name[2:].lower(), name

@@ -51,6 +51,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.utils import RawPcapNgWriter
 
+from proxy import layouts
 from proxy.capture import KAFKA_PORT
 from proxy.capture.header import (
     GroupSettings,
@@ -61,7 +62,19 @@ from proxy.capture.header import (
     frame_comment_tail,
     open_comment,
 )
-from proxy.session import Closed, Opened, Record
+from proxy.layouts import (
+    CLOSE,
+    OPEN,
+    R_API_KEY,
+    R_API_VERSION,
+    R_CLIENT_PAYLOAD,
+    R_CONN,
+    R_DIRECTION,
+    R_UPSTREAM_API_VERSION,
+    R_UPSTREAM_PAYLOAD,
+    Record,
+)
+from proxy.session import Closed, Opened
 from proxy.wire import ApiKey, FrameError, peek_request_header, response_header_size
 
 LEGS = ("client", "upstream")
@@ -287,8 +300,8 @@ class _Synthesizer:
         out: list[Buffer] = []
         run: list[tuple[Any, ...]] = []
         for entry in batch:
-            if type(entry[0]) is int:  # a frame: (conn, direction, ...) as in Record
-                if run and (run[0][0] != entry[0] or run[0][1] != entry[1]):
+            if type(entry[R_CONN]) is int:  # a frame: a Record as a plain tuple (else an event)
+                if run and (run[0][R_CONN] != entry[R_CONN] or run[0][R_DIRECTION] != entry[R_DIRECTION]):
                     self._flush_tuples(run, out)
                 run.append(entry)
                 continue
@@ -307,10 +320,14 @@ class _Synthesizer:
             return
         plain = True
         for entry in run:
-            if entry[9] is not entry[10] or entry[4] != entry[5] or entry[3] in SASL_API_KEYS:
+            if (
+                entry[R_CLIENT_PAYLOAD] is not entry[R_UPSTREAM_PAYLOAD]
+                or entry[R_API_VERSION] != entry[R_UPSTREAM_API_VERSION]
+                or entry[R_API_KEY] in SASL_API_KEYS
+            ):
                 plain = False
                 break
-            if len(entry[9]) > MAX_SEGMENT - 4:
+            if len(entry[R_CLIENT_PAYLOAD]) > MAX_SEGMENT - 4:
                 plain = False
                 break
         try:
@@ -402,7 +419,7 @@ class _Synthesizer:
     def _write(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
         blocks = self._blocks
         match entry:
-            case ("open", conn, ts_ns, client, upstream):
+            case (layouts.OPEN, conn, ts_ns, client, upstream):
                 for leg in (0, 1):
                     stream = self._stream(conn, leg, upstream)
                     comment = open_comment(conn, client, upstream)
@@ -412,7 +429,7 @@ class _Synthesizer:
                     out.append(blocks.packet_block(syn, leg, ts_ns, comment))
                     out.append(blocks.packet_block(synack, leg, ts_ns, None))
                     out.append(blocks.packet_block(ack, leg, ts_ns, None))
-            case ("close", conn, ts_ns, reason):
+            case (layouts.CLOSE, conn, ts_ns, reason):
                 comment = close_comment(conn, reason)
                 for leg in (0, 1):
                     closing = self._streams.pop((conn, leg), None)
@@ -527,7 +544,7 @@ class _Synthesizer:
 # The proxy side: a queue, a sender thread, and the writer process
 
 _LENGTH = struct.Struct("<I")
-_CLIENT_PAYLOAD = operator.itemgetter(9)  # Record.client_payload
+_CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
 _ACK = struct.Struct("<cq")  # b"W" + payload bytes written so far; b"E" + length of an error text
 _BATCH_ITEMS = 4096
 _BATCH_BYTES = 1 << 20
@@ -588,7 +605,7 @@ class CaptureWriter:
         return 0 if self._dead else self.queued_bytes - self.written_bytes
 
     def open_connection(self, conn: int, ts_ns: int, client: str, upstream: str) -> None:
-        self._queue.put(("open", conn, ts_ns, client, upstream))
+        self._queue.put((OPEN, conn, ts_ns, client, upstream))
 
     def record(self, record: Record) -> None:
         self.queued_bytes += len(record.client_payload)
@@ -600,7 +617,7 @@ class CaptureWriter:
         self._queue.put(records)
 
     def close_connection(self, conn: int, ts_ns: int, reason: str) -> None:
-        self._queue.put(("close", conn, ts_ns, reason))
+        self._queue.put((CLOSE, conn, ts_ns, reason))
 
     def record_event(self, command: Opened | Closed) -> None:
         """A session's Opened or Closed command (the capture is the stream of session commands)."""
@@ -638,10 +655,10 @@ class CaptureWriter:
                 elif type(item) is list:
                     for record in item:
                         batch.append(tuple(record))
-                        size += len(record[9])
+                        size += len(record[R_CLIENT_PAYLOAD])
                 else:
                     batch.append(tuple(item))
-                    size += len(item[9])
+                    size += len(item[R_CLIENT_PAYLOAD])
                 if len(batch) >= _BATCH_ITEMS or size >= _BATCH_BYTES:
                     break
                 try:

@@ -1,0 +1,84 @@
+"""Tuple layouts on the proxy's hot path, named once (issue 11 s4).
+
+The relay builds plain tuples where a class per frame would cost more than the relay itself:
+a `Record` per recorded frame (built from a tuple by `new_record`, indexed by the capture
+writer), a pending request per relayed request (`proxy.wire.correlation.PendingRequest`'s
+fields as a plain tuple), and the tagged event tuples the capture writer's batches carry.
+Their field positions are declared here and nowhere else; `tests/test_proxy_session.py` checks
+them against the NamedTuples' own field order.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Final, NamedTuple
+
+
+class Record(NamedTuple):
+    """One Kafka frame as each leg saw it (the same object twice when nothing rewrote it).
+
+    A NamedTuple: one is built per recorded frame, on the event loop's hot path.
+    """
+
+    conn: int
+    direction: str  # "request" | "response"
+    ts_ns: int
+    api_key: int
+    api_version: int  # the client's version; upstream_api_version is what the broker saw
+    upstream_api_version: int
+    correlation_id: int
+    client_id: str | None
+    group_id: str | None
+    client_payload: bytes  # frame without its size prefix, as the client sent or received it
+    upstream_payload: bytes  # as the broker received or sent it
+
+    @property
+    def rewritten(self) -> bool:
+        same = self.client_payload is self.upstream_payload
+        return not same and self.client_payload != self.upstream_payload
+
+
+new_record = functools.partial(tuple.__new__, Record)  # a Record from a tuple, minus __new__'s call
+
+# Record positions (the capture writer reads marshalled Records as plain tuples).
+R_CONN: Final = 0
+R_DIRECTION: Final = 1
+R_API_KEY: Final = 3
+R_API_VERSION: Final = 4
+R_UPSTREAM_API_VERSION: Final = 5
+R_CLIENT_PAYLOAD: Final = 9
+R_UPSTREAM_PAYLOAD: Final = 10
+
+# Pending-request positions (proxy.wire.correlation.PendingRequest's fields, as plain tuples).
+P_API_KEY: Final = 0
+P_API_VERSION: Final = 1
+P_CORRELATION_ID: Final = 2
+P_CLIENT_ID: Final = 3
+P_UPSTREAM_API_VERSION: Final = 4
+P_GROUP_ID: Final = 5
+
+# The capture writer's batches: Records as tuples, and connection events tagged by a string
+# in the first position (a Record starts with its int conn): (OPEN, conn, ts_ns, client,
+# upstream) and (CLOSE, conn, ts_ns, reason).
+OPEN: Final = "open"
+CLOSE: Final = "close"
+
+__all__ = [
+    "CLOSE",
+    "OPEN",
+    "P_API_KEY",
+    "P_API_VERSION",
+    "P_CLIENT_ID",
+    "P_CORRELATION_ID",
+    "P_GROUP_ID",
+    "P_UPSTREAM_API_VERSION",
+    "R_API_KEY",
+    "R_API_VERSION",
+    "R_CLIENT_PAYLOAD",
+    "R_CONN",
+    "R_DIRECTION",
+    "R_UPSTREAM_API_VERSION",
+    "R_UPSTREAM_PAYLOAD",
+    "Record",
+    "new_record",
+]
