@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from proxy.capture.cli import show
     from proxy.capture.writer import CaptureWriter
     from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
+    from proxy.upstream import describe_upstream_sync
 
     parser = argparse.ArgumentParser(prog="group-replay demo", description=__doc__.split("\n")[0])
     parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                 broker = start_broker(args.kafka_version, args.new_coordinator, progress=progress)
             upstream = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
             create_topic(upstream, topic, args.partitions)
-            recorder = CaptureWriter(args.record, upstream=upstream)
+            settings = describe_upstream_sync(*parse_hostport(upstream))  # AGREED #2: in the header
+            recorder = CaptureWriter(args.record, upstream=upstream, group_settings=settings)
             proxy = BackgroundProxy(ProxyConfig(upstream=parse_hostport(upstream)), recorder)
             console.print(f"proxy {proxy.bootstrap} -> broker {upstream}, recording to {args.record}")
             run = run_group(

@@ -69,19 +69,21 @@ _RELEASES: Final[tuple[tuple[str, tuple[int, ...]], ...]] = (
     ("3.6", (9, 15, 8, 12, 9, 8, 4, 9, 3, 7)),
     ("3.7", (10, 16, 8, 12, 9, 9, 4, 9, 3, 7)),
     ("3.8", (11, 16, 8, 12, 9, 9, 5, 9, 3, 7)),
+    # Measured from the ApiVersions answers of Kafka 3.9.2 and 4.3.1 brokers (harness, default
+    # configuration); 4.0-4.2 are not in the table yet and read as "3.9+".
+    ("3.9", (11, 17, 9, 12, 9, 9, 6, 9, 4, 7)),
+    ("4.3", (13, 18, 11, 13, 10, 10, 6, 9, 4, 7)),
 )
 
 
 def broker_version_label(ranges: dict[int, tuple[int, int]]) -> str:
     """The Kafka release line(s) whose newest versions a broker's ApiVersions match: "2.8",
-    "3.2-3.4" when releases look alike, "3.9+" past the newest line we know."""
+    "3.2-3.4" when releases look alike, "3.9+" between or past the lines we know."""
     seen = tuple(ranges.get(int(api), (0, -1))[1] for api in _FINGERPRINT_APIS)
     exact = [name for name, versions in _RELEASES if versions == seen]
     if exact:
         return exact[0] if len(exact) == 1 else f"{exact[0]}-{exact[-1]}"
     older = [name for name, versions in _RELEASES if all(v <= s for v, s in zip(versions, seen, strict=True))]
-    if older and older[-1] == _RELEASES[-1][0]:
-        return "3.9+"
     return f"{older[-1]}+" if older else "unknown"
 
 

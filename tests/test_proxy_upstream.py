@@ -48,7 +48,7 @@ def test_describe_a_real_broker(broker_factory) -> None:
     assert settings.min_session_timeout_ms is not None and settings.max_session_timeout_ms is not None
     assert settings.max_size is not None and settings.max_size > 0
     assert settings.new_coordinator is False
-    assert settings.broker_version is not None and settings.broker_version.startswith("3.")
+    assert settings.broker_version == "3.9"  # the line its ApiVersions imply
 
 
 def _describe_refusing_upstream(error: ErrorCode) -> asyncio.Server:
@@ -186,3 +186,18 @@ def test_unreachable_upstream_at_start_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in err
     assert 1 <= err.count("unreachable") <= 3, err  # at start, then at most a report or two
     assert "20 connections" in out
+
+
+def test_release_lines_from_api_versions() -> None:
+    from proxy.upstream import _FINGERPRINT_APIS, broker_version_label
+
+    def ranges(*maxima: int) -> dict[int, tuple[int, int]]:
+        return {int(api): (0, high) for api, high in zip(_FINGERPRINT_APIS, maxima, strict=True)}
+
+    assert broker_version_label(ranges(9, 12, 6, 11, 8, 7, 3, 7, 3, 7)) == "2.8"
+    assert broker_version_label(ranges(9, 13, 7, 12, 8, 8, 4, 9, 3, 7)) == "3.2-3.4"
+    assert broker_version_label(ranges(11, 17, 9, 12, 9, 9, 6, 9, 4, 7)) == "3.9"
+    assert broker_version_label(ranges(12, 17, 10, 13, 9, 10, 6, 9, 4, 7)) == "3.9+"  # 4.0-4.2
+    assert broker_version_label(ranges(13, 18, 11, 13, 10, 10, 6, 9, 4, 7)) == "4.3"
+    assert broker_version_label(ranges(14, 19, 11, 13, 10, 10, 6, 9, 4, 7)) == "4.3+"
+    assert broker_version_label({}) == "unknown"
