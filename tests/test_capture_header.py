@@ -123,3 +123,17 @@ def test_packet_comment_encoders_and_decoder_agree() -> None:
         "upstream": "b:2",
     }
     assert decode_packet_comment(close_comment(3, "bye").decode())["reason"] == "bye"  # type: ignore[index]
+
+
+def test_capture_show_names_the_recorded_group_settings(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from proxy.capture.cli import show
+
+    path = tmp_path / "c.pcapng"
+    CaptureWriter(path, upstream="broker:9092", group_settings=SETTINGS).close()
+    out = io.StringIO()
+    assert show(str(path), console=Console(file=out, width=200)) == 0
+    assert "Kafka 3.9+, classic coordinator, initial rebalance delay 0 ms" in out.getvalue()

@@ -136,6 +136,21 @@ def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: An
         console.print(f"[yellow]capture damaged: {capture.damage}; shown up to the damage[/yellow]")
 
 
+def _settings_line(capture: Capture) -> str:
+    """The recorded broker's group settings, for the table's title (AGREED #2)."""
+    settings = capture.group_settings
+    if settings is None:
+        return ""
+    if settings.unknown_reason is not None and settings.initial_rebalance_delay_ms is None:
+        return f"\nbroker group settings unknown: {settings.unknown_reason}"
+    coordinator = {True: "new", False: "classic", None: "?"}[settings.new_coordinator]
+    return (
+        f"\nKafka {settings.broker_version or '?'}, {coordinator} coordinator, initial rebalance delay "
+        f"{settings.initial_rebalance_delay_ms} ms, session timeout {settings.min_session_timeout_ms}-"
+        f"{settings.max_session_timeout_ms} ms, group.max.size {settings.max_size}"
+    )
+
+
 def show(
     path: str, *, leg: str = "client", group_only: bool = True, fmt: str = "table", console: Any = None
 ) -> int:
@@ -153,6 +168,7 @@ def show(
     else:
         header = capture.header
         title = f"{path}: upstream {header.get('upstream')}, policy {header.get('policy')}, {leg} leg"
+        title += _settings_line(capture)
         rows.sort(key=lambda row: (row["conn"], row["ts_ns"]))  # grouped per connection
         _table(capture, rows, title, console)
     return 0
