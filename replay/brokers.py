@@ -32,6 +32,12 @@ class GroupSettingsView:
     new_coordinator: bool | None
     source: str  # "capture header" | "Kafka defaults" | "capture header + Kafka defaults"
 
+    def describe(self) -> str:
+        return (
+            f"initial delay {self.initial_rebalance_delay_ms} ms, session "
+            f"{self.min_session_timeout_ms}..{self.max_session_timeout_ms} ms ({self.source})"
+        )
+
     def coordinator_config(self) -> CoordinatorConfig:
         behaviour = KafkaBehaviour.NEW_COORDINATOR if self.new_coordinator else KafkaBehaviour.SCALA_3_9
         return CoordinatorConfig(

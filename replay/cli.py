@@ -4,8 +4,13 @@
                         --out DIR [--speed X] [--progress on|off]
     group-replay scenarios list | show NAME
 
+The reference run and a broker `replay` starts (broker:VERSION) use the recorded broker's group
+settings from the capture header, Kafka's defaults where it says nothing; a live run is named
+`broker-<version>`, never by its address. A run the target cannot carry out (a JoinGroup v9
+scenario against a 2.8 broker) is written as one `not_run` row with the reason.
+
 Exit codes: 0 ok, 1 an expectation failed, 2 usage or input error (bad scenario YAML, unreadable
-capture, nothing to replay).
+capture, nothing to replay, a scenario the target cannot run).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from replay.brokers import group_settings
 from replay.events import EventName, RebalanceEvent, write_jsonl
 from replay.scenario import ScenarioError, builtin_names, builtin_text, load_builtin, resolve_scenario
 
@@ -67,13 +73,14 @@ def scenarios_main(argv: list[str]) -> int:
 # replay
 
 
+def _empty_row() -> dict[str, Any]:
+    return {"rebalances": 0, "leaders": set(), "fenced": set(), "expired": set(), "errors": Counter()}
+
+
 def _summary_rows(events: list[RebalanceEvent]) -> dict[tuple[str, str], dict[str, Any]]:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for e in events:
-        row = rows.setdefault(
-            (e.session_id, e.run),
-            {"rebalances": 0, "leaders": set(), "fenced": set(), "expired": set(), "errors": Counter()},
-        )
+        row = rows.setdefault((e.session_id, e.run), _empty_row())
         match e.event:
             case EventName.REBALANCE_STARTED:
                 row["rebalances"] += 1
@@ -88,7 +95,31 @@ def _summary_rows(events: list[RebalanceEvent]) -> dict[tuple[str, str], dict[st
     return rows
 
 
-def _print_summary(events: list[RebalanceEvent], results: list[tuple[str, Any]], scenario_name: str) -> None:
+def _error_name(code: int) -> str:
+    from kio.schema.errors import ErrorCode
+
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(code)
+
+
+def _compared_with(run: str, scenario_name: str) -> str:
+    """What `group-replay validate` compares this run with (AGREED #5)."""
+    if run == "recorded":
+        if scenario_name == "as-recorded":
+            return "validate compares every as-recorded run with it"
+        return f"validate does not compare it: {scenario_name} changes the group"
+    if run == "reference":
+        return f"validate's expected side for {scenario_name}: every other run of it is compared with it"
+    if scenario_name == "as-recorded":
+        return "validate compares it with recorded and with reference"
+    return f"validate compares it with reference under {scenario_name}"
+
+
+def _print_summary(
+    events: list[RebalanceEvent], results: list[tuple[str, Any]], scenario_name: str, settings: dict[str, str]
+) -> None:
     from rich.table import Table
 
     table = Table(title=f"replay summary - scenario {scenario_name}")
@@ -105,10 +136,15 @@ def _print_summary(events: list[RebalanceEvent], results: list[tuple[str, Any]],
     ):
         table.add_column(column, overflow="fold")
     by_run = {(session, result.run): result for session, result in results}
-    for (session, run), row in sorted(_summary_rows(events).items()):
+    rows = _summary_rows(events)
+    for session, result in results:  # a run without events still gets its row
+        rows.setdefault((session, result.run), _empty_row())
+    for (session, run), row in sorted(rows.items()):
         result = by_run.get((session, run))
-        verdict = ""
-        if result is not None:
+        verdict = "-"
+        if result is not None and result.not_run is not None:
+            verdict = f"[yellow]not run[/]: {result.not_run}"
+        elif result is not None:
             verdict = (
                 "[green]pass[/]" if not result.failures else "[red]FAIL[/]: " + "; ".join(result.failures)
             )
@@ -119,44 +155,39 @@ def _print_summary(events: list[RebalanceEvent], results: list[tuple[str, Any]],
             ", ".join(sorted(row["leaders"])),
             ", ".join(sorted(row["fenced"])) or "-",
             ", ".join(sorted(row["expired"])) or "-",
-            ", ".join(f"{code}x{count}" for code, count in sorted(row["errors"].items())) or "-",
+            ", ".join(f"{_error_name(code)} x{count}" for code, count in sorted(row["errors"].items()))
+            or "-",
             str(result.rpcs) if result is not None else "-",
-            verdict or "-",
+            verdict,
         )
-    _console().print(table)
+    console = _console()
+    console.print(table)
+    for session, described in sorted(settings.items()):
+        console.print(f"{session}: replayed with group settings {described}")
+    for run in sorted({run for _, run in rows}):
+        console.print(f"  {run}: {_compared_with(run, scenario_name)}")
 
 
-def _write_parquet(events: list[RebalanceEvent], path: Path) -> bool:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        return False
-    schema = pa.schema(
-        [
-            ("session_id", pa.string()),
-            ("scenario", pa.string()),
-            ("run", pa.string()),
-            ("group_id", pa.string()),
-            ("seq", pa.int32()),
-            ("ts_ms", pa.int64()),
-            ("event", pa.string()),
-            ("generation_id", pa.int32()),
-            ("member_key", pa.string()),
-            ("member_id", pa.string()),
-            ("group_instance_id", pa.string()),
-            ("protocol_name", pa.string()),
-            ("is_leader", pa.bool_()),
-            ("skip_assignment", pa.bool_()),
-            ("join_api_version", pa.int32()),
-            ("error_code", pa.int32()),
-            ("assignment", pa.list_(pa.string())),
-        ]
-    )
-    rows = [e.to_json_dict() for e in events]
-    table = pa.Table.from_pylist(rows, schema=schema)
+def _write_parquet(events: list[RebalanceEvent], path: Path) -> None:
+    """One Parquet file whose columns are RebalanceEvent's fields, in order: a column added to the
+    declaration is written, never dropped (ints are 32-bit but `ts_ms`, as the Spark schema has)."""
+    import dataclasses
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    types = {
+        "str": pa.string(),
+        "int": pa.int32(),
+        "bool": pa.bool_(),
+        "tuple[str, ...]": pa.list_(pa.string()),
+    }
+    columns = []
+    for column in dataclasses.fields(RebalanceEvent):
+        annotation = str(column.type).removesuffix(" | None")
+        columns.append((column.name, pa.int64() if column.name == "ts_ms" else types[annotation]))
+    table = pa.Table.from_pylist([e.to_json_dict() for e in events], schema=pa.schema(columns))
     pq.write_table(table, path)
-    return True
 
 
 def _parse_against(value: str) -> tuple[str, str | None]:
@@ -274,7 +305,9 @@ def replay_main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.format == "parquet":
         target_file = args.out / "events.parquet"
-        if not _write_parquet(events, target_file):
+        try:
+            _write_parquet(events, target_file)
+        except ImportError:
             err.print(
                 "group-replay replay: --format parquet needs pyarrow (pip install 'group-replay[spark]')"
             )
@@ -283,12 +316,18 @@ def replay_main(argv: list[str]) -> int:
         target_file = args.out / "events.jsonl"
         with target_file.open("w", encoding="utf-8") as handle:
             write_jsonl(events, handle)
-    _print_summary(events, results, scenario.name)
+    settings = {plan.session_id: group_settings(plan.group_settings).describe() for plan in plans}
+    _print_summary(events, results, scenario.name, settings)
     _console().print(f"wrote {len(events)} events to {target_file}")
+    not_run = [(session, r) for session, r in results if r.not_run is not None]
+    for session, r in not_run:
+        err.print(f"[yellow]{session} {r.run}: scenario {scenario.name} cannot apply: {r.not_run}[/]")
     failed = [(session, r) for session, r in results if r.failures]
     for session, r in failed:
         for failure in r.failures:
             err.print(f"[red]{session} {r.run}: expectation failed: {failure}[/]")
+    if not_run:
+        return 2  # the scenario cannot apply to this target: a usage error, kept as not_run rows
     return 1 if failed else 0
 
 

@@ -24,6 +24,7 @@ class EventName(StrEnum):
     MEMBER_EXPIRED = "member_expired"
     MEMBER_FENCED = "member_fenced"
     REQUEST_FAILED = "request_failed"
+    NOT_RUN = "not_run"  # a run that could not be carried out: one row, the reason in `detail` (AGREED #1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,18 @@ class RebalanceEvent:
     # member's client as it named itself in ApiVersions v3+, `name/version` (e.g.
     # "apache-kafka-java/3.9.2"). The validator's compatibility matrix uses it as the client axis.
     client_software: str | None = None
+    # AGREED #1: free text, e.g. why a run was not carried out (always set for `not_run`).
+    detail: str | None = None
+
+    @classmethod
+    def not_run(
+        cls, session_id: str, scenario: str, run: str, group_id: str, detail: str, seq: int = 0
+    ) -> RebalanceEvent:
+        """The one row that stands for a run that could not be carried out, and why."""
+        return cls(
+            session_id, scenario, run, group_id, seq, 0, EventName.NOT_RUN.value, -1, "", "", None, None,
+            False, None, -1, 0, None, detail=detail,
+        )  # fmt: skip
 
     def to_json_dict(self) -> dict[str, Any]:
         row = asdict(self)
@@ -71,7 +84,7 @@ class RebalanceEvent:
         return cls(**values)
 
 
-OPTIONAL_EVENT_COLUMNS: tuple[str, ...] = ("client_software",)
+OPTIONAL_EVENT_COLUMNS: tuple[str, ...] = ("client_software", "detail")
 """Extension columns: nullable, may be absent from a file."""
 
 EVENT_COLUMNS: tuple[str, ...] = tuple(

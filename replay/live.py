@@ -26,7 +26,7 @@ from replay.brokers import broker_version_label, group_settings, run_name_for
 from replay.clock import ScaledClock
 from replay.member import JOIN, LEAVE, from_values
 from replay.plan import ReplayPlan
-from replay.run import InFlight, Runner, RunResult
+from replay.run import InFlight, Runner, RunResult, not_run_result
 from replay.scenario import AS_RECORDED, Scenario
 
 CLIENT_ID = "group-replay"
@@ -269,13 +269,17 @@ def replay_live(
     """Replay against a live broker at HOST:PORT (the group coordinator of a one-node cluster).
 
     The run is named `broker-<version>` from what the broker advertises (AGREED #4: never its
-    address) unless `run` names it. Raises UnsupportedByTarget when the scenario cannot apply."""
+    address) unless `run` names it. A scenario the broker cannot run gives a `not_run` result."""
     host, _, port = address.rpartition(":")
 
     async def go() -> RunResult:
         ranges = await api_versions(host, int(port))
-        runner = LiveRunner(plan, scenario, run or run_name_for(broker_version_label(ranges)), speed)
-        end_ms = await runner.run_live(host, int(port), ranges, progress)
+        name = run or run_name_for(broker_version_label(ranges))
+        runner = LiveRunner(plan, scenario, name, speed)
+        try:
+            end_ms = await runner.run_live(host, int(port), ranges, progress)
+        except UnsupportedByTarget as exc:
+            return not_run_result(plan, scenario, name, str(exc))
         return runner.result(end_ms)
 
     return asyncio.run(go())

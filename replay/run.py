@@ -33,6 +33,7 @@ from replay.member import (
     REQUEST_TIMEOUT_MS,
     ClassicMember,
     Commands,
+    GroupMember,
     JoinSettings,
     MemberState,
     Send,
@@ -75,7 +76,7 @@ class Seat:
     """A recorded member's place in a run: its script, its state machine, its current connection."""
 
     script: MemberScript
-    member: ClassicMember
+    member: GroupMember  # ClassicMember today; a KIP-848 member would sit here unchanged
     connection_id: int = 0
 
 
@@ -299,6 +300,15 @@ class Runner:
         return RunResult(self.observer.run, events, self.rpcs, end_ms, failures)
 
 
+def not_run_result(plan: ReplayPlan, scenario: Scenario, run: str, reason: str) -> RunResult:
+    """A run that could not be carried out: one `not_run` row per group (AGREED #1), never an absence."""
+    groups = sorted({script.group_id for script in plan.scripts})
+    events = tuple(
+        RebalanceEvent.not_run(plan.session_id, scenario.name, run, group_id, reason) for group_id in groups
+    )
+    return RunResult(run, events, not_run=reason)
+
+
 def _apply_settings(seat: Seat, settings: MemberSettings, broker_caps: tuple[VersionRule, ...]) -> None:
     script, member = seat.script, seat.member
     match settings.membership:
@@ -489,6 +499,7 @@ __all__ = [
     "Seat",
     "Transport",
     "check_expectations",
+    "not_run_result",
     "replay_reference",
     "run_virtual",
 ]

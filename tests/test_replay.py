@@ -142,6 +142,11 @@ def test_cli_writes_events_and_exits_by_expectations(dynamic_capture: Path, tmp_
     table = pq.read_table(parquet_out / "events.parquet")
     assert table.num_rows == len(rows)
     assert table.schema.field("ts_ms").type == "int64" and table.schema.field("seq").type == "int32"
+    # every declared column, client_software and detail included (the writer derives from the declaration)
+    from replay.events import EVENT_COLUMNS, OPTIONAL_EVENT_COLUMNS
+
+    assert set(table.column_names) == set(EVENT_COLUMNS) | set(OPTIONAL_EVENT_COLUMNS)
+    assert {"client_software", "detail"} <= set(table.column_names)
 
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text(

@@ -107,3 +107,25 @@ def test_a_broker_replay_starts_has_the_recorded_or_kafka_default_group_settings
         assert seen.initial_rebalance_delay_ms == wanted.initial_rebalance_delay_ms
         assert seen.min_session_timeout_ms == wanted.min_session_timeout_ms
         assert seen.max_size == wanted.max_size
+
+
+def test_a_scenario_the_broker_cannot_run_is_a_not_run_row_and_exit_2(broker_factory, tmp_path: Path) -> None:
+    """AGREED #1 / issue 17: a JoinGroup v9 scenario (KIP-814) against Kafka 2.8 (JoinGroup v0-v7)
+    is one `not_run` row with the reason, named by the broker's version, and exit code 2."""
+    broker = broker_factory("2.8.2")
+    capture = _capture(tmp_path, "v9-on-2-8")
+    out = tmp_path / "out"
+    argv = [
+        "replay",
+        str(capture),
+        "--scenario",
+        "client-joingroup-v5-to-v9-upgrade",
+        "--against",
+        broker.bootstrap,
+    ]
+    assert group_replay([*argv, "--out", str(out), "--speed", str(SPEED), "--progress", "off"]) == 2
+    rows = list(read_jsonl(out / "events.jsonl"))
+    not_run = [r for r in rows if r.event == "not_run"]
+    assert [(r.run, r.scenario) for r in not_run] == [("broker-2.8", "client-joingroup-v5-to-v9-upgrade")]
+    assert not_run[0].detail is not None and "JoinGroup v9" in not_run[0].detail
+    assert {r.run for r in rows} == {"recorded", "broker-2.8"}
