@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from proxy.server import BackgroundProxy, ProxyConfig  # noqa: E402
-from proxy.wire import FrameDecoder  # noqa: E402
+from proxy.wire import FrameDecoder, frame  # noqa: E402
 from tests.test_proxy_broker import _api_versions  # noqa: E402
 from tests.test_proxy_session import _heartbeat  # noqa: E402
 
@@ -258,6 +258,67 @@ def fuzz(args: argparse.Namespace) -> list[tuple[str, str]]:
     return rows
 
 
+def _answer(address: tuple[str, int], wire: bytes) -> str:
+    """ "answered" when a response frame comes back, else "closed" (or "silent" after 5 s)."""
+    try:
+        with socket.create_connection(address, timeout=5) as sock:
+            sock.sendall(wire)
+            decoder = FrameDecoder()
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    return "closed"
+                if decoder.feed(data):
+                    return "answered"
+    except TimeoutError:
+        return "silent"
+    except OSError:
+        return "closed"
+
+
+def transparency(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Mutated group-API frames sent to a real broker directly and through the proxy, one
+    connection each: how often the proxy closed a connection the broker answered (issue 18
+    defect 6: it may close only frames it must change)."""
+    from harness.broker import start_broker
+    from harness.lines import KAFKA_39
+    from tests.test_wire_bounds import _group_frames
+
+    broker = start_broker(KAFKA_39, False, None, progress=None)
+    host, port = broker.bootstrap.rsplit(":", 1)
+    direct = (host, int(port))
+    proxy = BackgroundProxy(ProxyConfig(upstream=direct))
+    proxy_host, proxy_port = proxy.bootstrap.rsplit(":", 1)
+    through = (proxy_host, int(proxy_port))
+    requests = [f for f in _group_frames() if f[3]]
+    rng = random.Random(6)
+    counts: dict[str, int] = {}
+    try:
+        for number in range(args.transparency):
+            _, _, original, _ = requests[number % len(requests)]
+            data = bytearray(original)
+            match rng.randrange(3):
+                case 0:
+                    data += rng.randbytes(rng.randint(1, 8))  # trailing bytes
+                case 1:
+                    at = rng.randrange(10, len(data))
+                    data[at] = 0xFF  # invalid UTF-8 (or a wrong length)
+                case _:
+                    at = rng.randrange(10, len(data))
+                    data[at : at + 2] = b"\xff\xfe"  # a negative length
+            wire = frame(bytes(data))
+            outcome = (_answer(direct, wire), _answer(through, wire))
+            counts[f"{outcome[0]}/{outcome[1]}"] = counts.get(f"{outcome[0]}/{outcome[1]}", 0) + 1
+    finally:
+        proxy.stop()
+        broker.stop()
+    worse = counts.get("answered/closed", 0) + counts.get("answered/silent", 0)
+    return [
+        (f"mutated group frames, broker direct / through the proxy ({args.transparency})", str(counts)),
+        ("closed by the proxy although the broker answered", str(worse)),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -271,10 +332,11 @@ def main() -> int:
     parser.add_argument("--budget", default="256M", help="--max-buffered-bytes for the memory part")
     parser.add_argument("--fuzz-frames", type=int, default=100_000)
     parser.add_argument("--fuzz-captures", type=int, default=5_000)
-    parser.add_argument("--parts", default="slow-reader,memory,fuzz")
+    parser.add_argument("--transparency", type=int, default=1000, help="mutated frames for that part")
+    parser.add_argument("--parts", default="slow-reader,memory,fuzz,transparency")
     args = parser.parse_args()
     rows: list[tuple[str, str]] = []
-    parts = {"slow-reader": slow_reader, "memory": memory, "fuzz": fuzz}
+    parts = {"slow-reader": slow_reader, "memory": memory, "fuzz": fuzz, "transparency": transparency}
     for name in args.parts.split(","):
         rows += parts[name](args)
     width = max(len(label) for label, _ in rows)
