@@ -116,9 +116,3 @@ class CorrelationTable:
         if correlation_id in forgotten:
             return PendingRequest._make(forgotten.pop(correlation_id))
         raise CorrelationError(f"response correlation_id={correlation_id} answers no pending request")
-
-    def peek_oldest(self) -> PendingRequest | None:
-        if not self.pending:
-            return None
-        head = self.pending[0]
-        return head if type(head) is PendingRequest else PendingRequest._make(head)
