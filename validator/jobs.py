@@ -169,8 +169,11 @@ def read_events(spark: SparkSession, files: InputFiles) -> DataFrame:
 
 
 def shuffle_partitions_for(total_bytes: int, cores: int) -> int:
-    """Few partitions for small inputs (tests, fixtures), about one per 64 MB for big ones."""
-    return max(2, min(200, max(cores, total_bytes // (64 << 20))))
+    """Few partitions for small inputs (tests, fixtures), about one per 16 MB of (compressed) input
+    for big ones: the cached per-run table holds nested arrays per run, and a partition of it must
+    fit a task's share of the heap while its column batches are built (64 MB per partition ran out
+    of a 2 GB heap at 10M rows)."""
+    return max(2, min(400, max(cores, total_bytes // (16 << 20))))
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,9 @@ def build_session(
         "spark.driver.memory": driver_memory,
         "spark.driver.extraJavaOptions": quiet,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Cached rows carry nested arrays (a run's generations and facts): smaller column batches
+        # keep the builders' buffers small (default 10,000 rows).
+        "spark.sql.inMemoryColumnarStorage.batchSize": "2000",
     }
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -114,6 +117,7 @@ def build_session(
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
     spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(OBJECT_HASH_AGG_KEYS))
+    spark.conf.set("spark.sql.inMemoryColumnarStorage.batchSize", "2000")
     return spark
 
 
