@@ -86,19 +86,21 @@ def print_summary(console: Console, data: ReportData) -> None:
 
     failing = [w for w in data.worst if w["status"] != "pass"]
     if failing:
-        worst = Table(title=f"worst comparisons (top {len(failing)})", title_justify="left")
-        worst.add_column("session/group", overflow="fold")
-        for column in ("scenario", "compared", "status", "diffs", "Δ rebal", "member_key", "why"):
-            worst.add_column(column, overflow="fold")
+        worst = Table(title=f"worst comparisons (top {len(failing)})", title_justify="left", expand=True)
+        worst.add_column("session/group (scenario)", overflow="fold", ratio=2)
+        worst.add_column("compared", overflow="fold", ratio=2)
+        worst.add_column("status", overflow="fold", ratio=1)
+        worst.add_column("member_key", overflow="fold", ratio=2)
+        worst.add_column("why", overflow="fold", ratio=4)
         for w in failing:
             delta = w["rebalance_count_delta"]
+            status = f"[{STATUS_STYLE[w['status']]}]{w['status']}[/] ({w['diffs']})"
+            if delta:
+                status += f" Δ{delta:+d}"
             worst.add_row(
-                f"{w['session_id']}/{w['group_id']}",
-                w["scenario"],
+                f"{w['session_id']}/{w['group_id']} ({w['scenario']})",
                 compared_label(w["expected_run"], w["observed_run"]),
-                f"[{STATUS_STYLE[w['status']]}]{w['status']}[/]",
-                str(w["diffs"]),
-                "" if delta is None else f"{delta:+d}",
+                status,
                 ", ".join(members_named(w)),
                 w.get("explanation") or w["worst_aspect"] or "",
             )
