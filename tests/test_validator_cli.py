@@ -282,3 +282,41 @@ def test_spark_start_up_lines_do_not_reach_the_terminal(events_dir: Path) -> Non
     for line in result.stderr.splitlines():
         assert "WARN" not in line and "log level" not in line and "incubator" not in line, line
     assert "start Spark" in result.stderr
+
+
+def test_a_run_that_could_not_be_carried_out_is_reported_not_run(
+    events_dir: Path, spark: SparkSession, tmp_path: Path
+) -> None:
+    """AGREED #1: a `not_run` row is a result: a 'not run' verdict in the Parquet, the report and
+    the matrix, never a pass and never an absence; the exit code says a comparison failed."""
+    from replay.events import RebalanceEvent
+    from validator.schemas import READ_SCHEMA
+
+    tree = tmp_path / "events"
+    tree.mkdir()
+    for name in ("reference.jsonl", "broker-3.9.1.jsonl"):
+        shutil.copy(events_dir / "synthetic" / name, tree / name)
+    first = json.loads((tree / "reference.jsonl").read_text().splitlines()[0])
+    reason = "JoinGroup v9 needs Kafka 2.3+; broker 2.2.0 answers v4 at most"
+    row = RebalanceEvent.not_run(
+        first["session_id"], first["scenario"], "broker-2.2.0", first["group_id"], reason
+    )
+    (tree / "broker-2.2.0.jsonl").write_text(json.dumps(row.to_json_dict()) + "\n")
+    report, out = tmp_path / "report.html", tmp_path / "tables"
+    assert run([str(tree), "--report", str(report), "--out", str(out), "--progress", "off"]) == 1
+    verdicts = (
+        spark.read.parquet(str(out / "session_verdicts")).where("observed_run = 'broker-2.2.0'").collect()
+    )
+    assert [v["status"] for v in verdicts] == ["not run"]
+    assert verdicts[0]["not_run_detail"].startswith("broker-2.2.0 not run: ")
+    if "detail" in READ_SCHEMA.fieldNames():  # the reason travels once the schema carries `detail`
+        assert verdicts[0]["not_run_detail"] == f"broker-2.2.0 not run: {reason}"
+    summary = spark.read.parquet(str(out / "run_summary")).where("run = 'broker-2.2.0'").collect()
+    assert len(summary) == 1 and summary[0]["not_run_detail"]
+    cells = (
+        spark.read.parquet(str(out / "compatibility_matrix")).where("observed_run = 'broker-2.2.0'").collect()
+    )
+    assert sum(c["not_run"] for c in cells) == 1 and sum(c["passed"] for c in cells) == 0
+    html = report.read_text()
+    assert "broker-2.2.0 not run" in html
+    _links_resolve(html)
