@@ -394,7 +394,7 @@ class ClassicMember:
         if sent.api_key == HEARTBEAT and self.state is not MemberState.STABLE:
             return ()  # a late heartbeat answer during a rebalance changes nothing
         match reaction:
-            case Reaction.ADOPT_MEMBER_ID:
+            case Reaction.ADOPT_MEMBER_ID if sent.api_key == JOIN:  # only JoinGroup carries it
                 self.member_id = str(response.member_id)
                 return self._join()
             case Reaction.RESET_MEMBER_ID:
