@@ -3,7 +3,8 @@
 set -euo pipefail
 # openjdk-17-jdk-headless + maven: real Kafka brokers from Maven jars, javac for the Java client,
 # jlink for the container image's JRE. podman + runc + busybox-static: the container provider.
-want=(openjdk-17-jdk-headless maven podman runc busybox-static haproxy tshark)
+# chromium: the report render tests (headless screenshot of the HTML report).
+want=(openjdk-17-jdk-headless maven podman runc busybox-static haproxy tshark chromium)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
