@@ -15,6 +15,7 @@ from proxy.wire import (
     api_name,
     decode_request,
     decode_response,
+    group_protocol,
     request_fields,
     response_fields,
 )
@@ -57,6 +58,9 @@ def rpc_rows(capture: Capture, leg: str = "client", group_only: bool = False) ->
             "member_id": None,
             "group_instance_id": None,
             "generation_id": None,
+            "protocol": group_protocol(request.api_key),  # classic | consumer (KIP-848) | None: both
+            "member_epoch": None,
+            "assignment": None,
             "error_code": None,
             "rewritten": request.rewritten or bool(exchange.response and exchange.response.rewritten),
             "answered": exchange.response is not None,
@@ -78,6 +82,8 @@ def _add_group_fields(exchange: Exchange, row: dict[str, Any]) -> None:
     row["member_id"] = fields.member_id
     row["group_instance_id"] = fields.group_instance_id
     row["generation_id"] = fields.generation_id
+    row["member_epoch"] = fields.member_epoch
+    row["assignment"] = fields.assignment
     if exchange.response is None:
         return
     try:
@@ -90,6 +96,9 @@ def _add_group_fields(exchange: Exchange, row: dict[str, Any]) -> None:
     row["member_id"] = row["member_id"] or answer.member_id
     if answer.generation_id is not None:
         row["generation_id"] = answer.generation_id
+    if answer.member_epoch is not None:  # ConsumerGroupHeartbeat: the epoch and target it was given
+        row["member_epoch"] = answer.member_epoch
+        row["assignment"] = answer.assignment
 
 
 def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: Any = None) -> None:
@@ -107,7 +116,7 @@ def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: An
         "group",
         "member id",
         "instance id",
-        "gen",
+        "gen / epoch",
         "error",
     ):
         table.add_column(column, overflow="fold")
@@ -126,7 +135,7 @@ def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: An
             row["group_id"] or "",
             row["member_id"] or "",
             row["group_instance_id"] or "",
-            "" if row["generation_id"] is None else str(row["generation_id"]),
+            _generation_cell(row),
             ("" if error is None else ("-" if error == 0 else f"[red]{error}[/red]"))
             + ("" if row["answered"] else " (no response)")
             + (" [yellow]undecodable[/yellow]" if "decode_error" in row else ""),
@@ -134,6 +143,13 @@ def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: An
     console.print(table)
     if capture.damage:
         console.print(f"[yellow]capture damaged: {capture.damage}; shown up to the damage[/yellow]")
+
+
+def _generation_cell(row: dict[str, Any]) -> str:
+    """A classic generation as a number, a consumer-protocol member epoch as `epoch N`."""
+    if row.get("member_epoch") is not None:
+        return f"epoch {row['member_epoch']}"
+    return "" if row["generation_id"] is None else str(row["generation_id"])
 
 
 def _settings_line(capture: Capture) -> str:

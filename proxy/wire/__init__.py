@@ -5,7 +5,7 @@ socket, starts a thread or reads a clock. Everything the rest of group-replay kn
 Kafka message layouts comes from kio, which is generated from Kafka's own JSON schemas.
 """
 
-from proxy.wire.apis import GROUP_API_KEYS, KNOWN_API_KEYS, ApiKey, api_name
+from proxy.wire.apis import CONSUMER_PROTOCOL_API_KEYS, GROUP_API_KEYS, KNOWN_API_KEYS, ApiKey, api_name
 from proxy.wire.codec import (
     CodecError,
     UnsupportedVersion,
@@ -21,7 +21,7 @@ from proxy.wire.codec import (
 )
 from proxy.wire.correlation import MAX_PENDING_REQUESTS, CorrelationError, CorrelationTable, PendingRequest
 from proxy.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, frame
-from proxy.wire.groups import GroupFields, request_fields, request_group_id, response_fields
+from proxy.wire.groups import GroupFields, group_protocol, request_fields, request_group_id, response_fields
 from proxy.wire.headers import (
     REQUEST_PREFIX_BYTES,
     RequestHeaderInfo,
@@ -34,6 +34,7 @@ from proxy.wire.headers import (
 )
 
 __all__ = [
+    "CONSUMER_PROTOCOL_API_KEYS",
     "DEFAULT_MAX_FRAME_BYTES",
     "GROUP_API_KEYS",
     "KNOWN_API_KEYS",
@@ -57,6 +58,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "frame",
+    "group_protocol",
     "peek_correlation_id",
     "peek_request_header",
     "peek_request_prefix",

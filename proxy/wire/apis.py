@@ -29,11 +29,16 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 36
     DESCRIBE_CLUSTER = 60
     CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
-# The classic group protocol plus the lookups that route a client to its coordinator.
+# The classic group protocol, the consumer group protocol (KIP-848: ConsumerGroupHeartbeat and
+# ConsumerGroupDescribe, Kafka 3.7+; kio knows v0-v1 of each, all Kafka 4.3.1 serves), and the
+# lookups that route a client to its coordinator.
 GROUP_API_KEYS: frozenset[int] = frozenset(
     {
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
         ApiKey.JOIN_GROUP,
         ApiKey.SYNC_GROUP,
         ApiKey.HEARTBEAT,
@@ -48,6 +53,11 @@ GROUP_API_KEYS: frozenset[int] = frozenset(
 
 # Every API key kio has a schema for (Kafka's message JSON); anything else cannot be Kafka.
 KNOWN_API_KEYS: frozenset[int] = frozenset(api_key_map)
+
+# The APIs only a KIP-848 consumer-protocol member (or a tool describing its group) sends.
+CONSUMER_PROTOCOL_API_KEYS: frozenset[int] = frozenset(
+    {ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE}
+)
 
 
 def api_name(api_key: int) -> str:
