@@ -35,6 +35,7 @@ from proxy.wire import (
 from replay.coordinator import (
     SUPPORTED_VERSIONS,
     CoordinatorConfig,
+    CoordinatorFault,
     GroupCoordinator,
     GroupEvent,
     KafkaBehaviour,
@@ -50,6 +51,9 @@ API_VERSIONS, METADATA, LIST_OFFSETS, FETCH = 18, 3, 2, 1
 UNSUPPORTED_VERSION = 35
 UNKNOWN_TOPIC_OR_PARTITION = 3
 CLUSTER_ID = "group-replay-reference"
+# How much a client may send while its request is parked before the server stops reading
+# (a muted Kafka channel reads nothing; reading a little notices a client that went away).
+READ_AHEAD_BYTES = 1 << 20
 
 # What this server answers besides the coordinator's own APIs.
 SERVER_VERSIONS: dict[int, tuple[int, int]] = {
@@ -118,7 +122,7 @@ class ReferenceServer:
             if isinstance(out, Respond):
                 conn = self.connections.get(out.context.connection_id)
                 if conn is not None:
-                    conn.deliver(out.context.correlation_id, out.response)
+                    conn.deliver_awaited(out.context.correlation_id, out.response)
             elif isinstance(out, GroupEvent):
                 log.info(
                     "%s group=%s gen=%d member=%s instance=%s %s",
@@ -140,15 +144,22 @@ class ReferenceServer:
         self._wake.set()
 
     async def _timer_loop(self) -> None:
+        """Fire the coordinator's timers for as long as the server runs: a failure is logged
+        and the loop goes on (the coordinator already isolates a failing timer action; this
+        covers the rest, e.g. an events file that cannot be written)."""
         while True:
-            deadline = self.coordinator.next_deadline()
-            timeout = None if deadline is None else max(0.0, (deadline - self.now_ms()) / 1000)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            self._wake.clear()
-            outputs = self.coordinator.advance(self.now_ms())
-            if outputs:
-                self.dispatch(outputs)
+            try:
+                deadline = self.coordinator.next_deadline()
+                timeout = None if deadline is None else max(0.0, (deadline - self.now_ms()) / 1000)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                self._wake.clear()
+                outputs = self.coordinator.advance(self.now_ms())
+                if outputs:
+                    self.dispatch(outputs)
+            except Exception:
+                log.exception("timer task: advancing the coordinator failed; continuing")
+                await asyncio.sleep(0.01)  # never spin on a failure that repeats
 
     # --- connections -------------------------------------------------------------------------
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -304,6 +315,9 @@ class _Connection:
         peer = writer.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if peer else "/unknown"
         self.waiting: dict[int, asyncio.Future[None]] = {}
+        # Bytes read while a request was parked (only to notice the peer closing): processed,
+        # in order, once the parked request is answered.
+        self.read_ahead: list[bytes] = []
         self.closed = False
 
     def deliver(self, correlation_id: int, response: Any) -> None:
@@ -318,15 +332,25 @@ class _Connection:
             )
         if not self.closed:
             self.writer.write(encode_response(response, correlation_id))
+
+    def deliver_awaited(self, correlation_id: int, response: Any) -> None:
+        """A coordinator answer: sent only while its request waits for it, so a request is never
+        answered twice (a handler that failed after parking its request was answered already)."""
         waiter = self.waiting.pop(correlation_id, None)
-        if waiter is not None and not waiter.done():
+        if waiter is None:
+            log.debug(
+                "connection %d: dropped a second answer to correlation %d", self.connection_id, correlation_id
+            )
+            return
+        self.deliver(correlation_id, response)
+        if not waiter.done():
             waiter.set_result(None)
 
     async def run(self) -> None:
         decoder = FrameDecoder()
         try:
             while True:
-                data = await self.reader.read(65536)
+                data = self.read_ahead.pop(0) if self.read_ahead else await self.reader.read(65536)
                 if not data:
                     return
                 try:
@@ -340,8 +364,41 @@ class _Connection:
                     await self.writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             return
+        except Exception:
+            # Whatever went wrong belongs to this connection alone: close it, keep serving.
+            log.exception("connection %d: request handling failed; closing it", self.connection_id)
+            return
         finally:
             self.closed = True
+            self.waiting.clear()
+            self.read_ahead.clear()
+
+    async def wait_parked(self, waiter: asyncio.Future[None]) -> bool:
+        """Wait for a parked request's answer (the connection is muted, as Kafka mutes the
+        channel) while watching for the peer closing; False when it did. Kafka notices a closed
+        channel at once too; the parked request is then answered into the void."""
+        budget = READ_AHEAD_BYTES
+        while not waiter.done():
+            if budget <= 0:
+                await waiter  # the client pipelines without end: just wait, as a muted channel does
+                break
+            reading: asyncio.Future[bytes] = asyncio.ensure_future(self.reader.read(min(65536, budget)))
+            pending: set[asyncio.Future[Any]] = {waiter, reading}
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reading
+                break
+            data = reading.result()
+            if not data:
+                log.info(
+                    "connection %d: closed by the client while its request was parked", self.connection_id
+                )
+                return False
+            self.read_ahead.append(data)
+            budget -= len(data)
+        return True
 
     async def process(self, frame: bytes) -> bool:
         """Handle one request; False closes the connection (the reason is logged)."""
@@ -405,10 +462,17 @@ class _Connection:
         )
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting[header.correlation_id] = waiter
-        server.dispatch(server.coordinator.handle(server.now_ms(), context, request))
+        try:
+            outputs = server.coordinator.handle(server.now_ms(), context, request)
+        except CoordinatorFault as exc:
+            server.dispatch(exc.outputs)
+            log.warning("connection %d: %s; closing it", self.connection_id, exc)
+            return False
+        server.dispatch(outputs)
         if not waiter.done():
+            # Parked JoinGroup/SyncGroup: the channel stays muted until answered.
             await self.writer.drain()
-            await waiter  # parked JoinGroup/SyncGroup: the channel stays muted until answered
+            return await self.wait_parked(waiter)
         return True
 
 

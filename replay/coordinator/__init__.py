@@ -2,7 +2,12 @@
 state machine), driven by `handle(now_ms, context, request)`, `advance(now_ms)` and
 `next_deadline()`. No sockets, no clock, no asyncio: time is an argument."""
 
-from replay.coordinator.core import SUPPORTED_VERSIONS, GroupCoordinator, UnsupportedRequest
+from replay.coordinator.core import (
+    SUPPORTED_VERSIONS,
+    CoordinatorFault,
+    GroupCoordinator,
+    UnsupportedRequest,
+)
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.types import (
     CoordinatorConfig,
@@ -20,6 +25,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "ClassicGroup",
     "CoordinatorConfig",
+    "CoordinatorFault",
     "GroupCoordinator",
     "GroupEvent",
     "GroupEventKind",

@@ -19,9 +19,12 @@ by a later `handle` or `advance` with a `Respond` carrying the parked request's 
 
 from __future__ import annotations
 
+import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from proxy.wire.apis import ApiKey
 from replay.coordinator import responses as R
 from replay.coordinator.group import ClassicGroup, CommittedOffset, Member, Protocols
 from replay.coordinator.timers import KeyedTimers
@@ -51,7 +54,11 @@ MEMBER_ID_REQUIRED = 79
 GROUP_MAX_SIZE_REACHED = 81
 FENCED_INSTANCE_ID = 82
 
+UNKNOWN_SERVER_ERROR = -1
+
 UNKNOWN_MEMBER = ""  # JoinGroupRequest.UNKNOWN_MEMBER_ID
+
+log = logging.getLogger("group_replay.coordinator")
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 10, 15, 16
@@ -87,6 +94,9 @@ def heartbeat_key(group_id: str, member_id: str) -> str:
     return f"heartbeat-{group_id}-{member_id}"
 
 
+CLEANUP_KEY = "cleanup-group-metadata"
+
+
 def join_key(group_id: str) -> str:
     return f"join-{group_id}"
 
@@ -97,6 +107,16 @@ def sync_key(group_id: str) -> str:
 
 class UnsupportedRequest(ValueError):
     """A request whose API the coordinator does not implement (the server answers those)."""
+
+
+class CoordinatorFault(RuntimeError):
+    """A handler failed and no error response can be built for its API. `outputs` holds what
+    the coordinator produced before the failure (answers to other connections); the caller
+    delivers them and drops the failed request's connection."""
+
+    def __init__(self, message: str, outputs: list[Output]) -> None:
+        super().__init__(message)
+        self.outputs = outputs
 
 
 class GroupCoordinator:
@@ -127,6 +147,9 @@ class GroupCoordinator:
             LIST_GROUPS: self._list_groups,
         }
         self._handler_by_type: dict[type[Any], Callable[[RequestContext, Any], None]] = {}
+        # The last faults (a handler or timer that raised): what `log` also reports.
+        self.faults: deque[str] = deque(maxlen=100)
+        self.fault_count = 0
 
     # --- public API --------------------------------------------------------------------------
     def handle(self, now_ms: int, context: RequestContext, request: Any) -> list[Output]:
@@ -141,7 +164,10 @@ class GroupCoordinator:
             if handler is None:
                 raise UnsupportedRequest(f"api_key {api_key} is not a group coordinator API")
             self._handler_by_type[request_type] = handler
-        handler(context, request)
+        try:
+            handler(context, request)
+        except Exception as exc:
+            self._request_failed(context, request, exc)
         out, self._out = self._out, []
         return out
 
@@ -170,8 +196,45 @@ class GroupCoordinator:
             due = timers.pop_due(now)
             if due is None:
                 return
-            _, action = due
-            action(now)
+            key, action = due
+            try:
+                action(now)
+            except Exception as exc:
+                # Kafka runs expirations on a timer thread (Scala: SystemTimer's executor runs
+                # DelayedOperation.run, which marks the operation completed before onComplete;
+                # new coordinator: CoordinatorRuntime logs "Failed to run timer" and reverts the
+                # operation's records). Either way the failed timer is gone, the group keeps the
+                # state the exception left, and every other group's timers keep running.
+                self._fault(f"timer {key}", exc)
+
+    def _fault(self, where: str, exc: Exception) -> None:
+        self.fault_count += 1
+        message = f"{where} failed at {self._now_ms} ms: {type(exc).__name__}: {exc}"
+        self.faults.append(message)
+        log.warning("%s", message, exc_info=exc)
+
+    def _request_failed(self, ctx: RequestContext, request: Any, exc: Exception) -> None:
+        """A handler raised. Kafka's KafkaApis.handle catches any Throwable and answers the
+        request with `request.getErrorResponse(UNKNOWN_SERVER_ERROR)` (RequestHandlerHelper.
+        handleError), keeping the connection; the group keeps whatever state the exception left
+        (Scala) or its records are reverted (new coordinator). The same error response is sent
+        here for the membership APIs; for the others a `CoordinatorFault` tells the server to
+        close this one connection."""
+        api_key = int(type(request).__api_key__)
+        self._fault(f"api_key {api_key} v{ctx.api_version} from connection {ctx.connection_id}", exc)
+        v = ctx.api_version
+        match api_key:
+            case ApiKey.JOIN_GROUP:
+                self._respond(ctx, R.join_group(v, UNKNOWN_SERVER_ERROR, member_id=UNKNOWN_MEMBER))
+            case ApiKey.SYNC_GROUP:
+                self._respond(ctx, R.sync_group(v, UNKNOWN_SERVER_ERROR))
+            case ApiKey.HEARTBEAT:
+                self._respond(ctx, R.heartbeat(v, UNKNOWN_SERVER_ERROR))
+            case ApiKey.LEAVE_GROUP:
+                self._respond(ctx, R.leave_group(v, UNKNOWN_SERVER_ERROR, []))
+            case _:
+                out, self._out = self._out, []
+                raise CoordinatorFault(f"api_key {api_key}: {type(exc).__name__}: {exc}", out) from exc
 
     def _respond(self, context: RequestContext, response: Any) -> None:
         self._out.append(Respond(context, response))
@@ -213,8 +276,50 @@ class GroupCoordinator:
         )
 
     def _transition(self, group: ClassicGroup, target: GroupState, reason: str = "") -> None:
-        previous = group.transition_to(target)
+        previous = group.transition_to(target, self._now_ms)
         self._event(GroupEventKind.STATE_CHANGED, group, from_state=previous, to_state=target, reason=reason)
+        if target is GroupState.EMPTY:
+            self._schedule_cleanup()
+
+    # --- group metadata cleanup ---------------------------------------------------------------
+    def _create_group(self, group_id: str) -> ClassicGroup:
+        """GroupMetadataManager.getOrMaybeCreateClassicGroup: a new group is Empty."""
+        group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=self._now_ms)
+        self._schedule_cleanup()
+        return group
+
+    def _schedule_cleanup(self) -> None:
+        """Kafka runs cleanupGroupMetadata every offsets.retention.check.interval.ms from the
+        coordinator's start (GroupMetadataManager.startup schedules "delete-expired-group-
+        metadata" at a fixed rate). It can only change something while some group is Empty or
+        holds a standalone consumer's offsets, so the timer is kept only while one does: an idle
+        coordinator has no deadline."""
+        if self.timers.is_scheduled(CLEANUP_KEY):
+            return
+        interval = self.config.offsets_retention_check_interval_ms
+        if interval <= 0:
+            return
+        self.timers.schedule(
+            CLEANUP_KEY, (self._now_ms // interval + 1) * interval, self._cleanup_group_metadata
+        )
+
+    def _cleanup_group_metadata(self, now_ms: int) -> None:
+        """GroupMetadataManager.cleanupGroupMetadata (Scala) / GroupCoordinatorShard.
+        cleanupGroupMetadata -> OffsetMetadataManager.cleanupExpiredOffsets and
+        GroupMetadataManager.maybeDeleteGroup: expire offsets, then an Empty group without offsets
+        becomes Dead and is removed."""
+        retention_ms = self.config.offsets_retention_ms
+        keep_checking = False
+        for group_id, group in list(self.groups.items()):
+            group.remove_expired_offsets(now_ms, retention_ms)
+            if group.is_in(GroupState.EMPTY) and not group.offsets:
+                self._transition(group, GroupState.DEAD, "empty group without offsets: metadata cleaned up")
+                del self.groups[group_id]
+                self._initial_join_pending.discard(group_id)
+            elif group.is_in(GroupState.EMPTY) or group.protocol_type is None:
+                keep_checking = True
+        if keep_checking:
+            self._schedule_cleanup()
 
     def _generate_member_id(self, client_id: str, group_instance_id: str | None) -> str:
         """GroupMetadata.generateMemberId: `{instance id or client id}-{uuid}`; the uuid is a
@@ -285,7 +390,7 @@ class GroupCoordinator:
             if not is_unknown_member:
                 self._join_error(ctx, member_id, UNKNOWN_MEMBER_ID)
                 return
-            group = self.groups[group_id] = ClassicGroup(group_id)
+            group = self._create_group(group_id)
 
         if not self._accept_joining_member(group, member_id):
             group.remove(member_id)
@@ -1008,7 +1113,7 @@ class GroupCoordinator:
         code = NONE
         if group is None:
             if generation_id < 0:
-                group = self.groups[group_id] = ClassicGroup(group_id)
+                group = self._create_group(group_id)
             elif api_version >= 9 and self.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR:
                 # OffsetMetadataManager.validateOffsetCommit: v9+ says GROUP_ID_NOT_FOUND.
                 code = GROUP_ID_NOT_FOUND

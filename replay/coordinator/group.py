@@ -104,12 +104,14 @@ class ClassicGroup:
     protocol_epoch: int = 0
     _selected: tuple[int, str] | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # currentStateTimestamp: when the group entered its state (offset expiry counts from it).
+    state_timestamp_ms: int = 0
 
     # --- state -------------------------------------------------------------------------------
     def is_in(self, state: GroupState) -> bool:
         return self.state is state
 
-    def transition_to(self, target: GroupState) -> GroupState:
+    def transition_to(self, target: GroupState, now_ms: int = 0) -> GroupState:
         """GroupMetadata.transitionTo / assertValidTransition; returns the previous state."""
         if self.state not in VALID_PREVIOUS_STATES[target]:
             allowed = sorted(s.value for s in VALID_PREVIOUS_STATES[target])
@@ -120,7 +122,24 @@ class ClassicGroup:
         previous = self.state
         self.previous_state = previous
         self.state = target
+        self.state_timestamp_ms = now_ms
         return previous
+
+    def remove_expired_offsets(self, now_ms: int, retention_ms: int) -> int:
+        """GroupMetadata.removeExpiredOffsets / ClassicGroup.offsetExpirationCondition: an Empty
+        group's offsets expire `retention_ms` after it became Empty; a group without a protocol
+        type (offsets committed by a standalone consumer) expires each offset `retention_ms` after
+        its commit. (Kafka also expires a Stable consumer group's offsets of topics no member
+        subscribes to; this coordinator does not parse subscriptions and keeps those.)"""
+        if self.protocol_type is None:
+            expired = [tp for tp, o in self.offsets.items() if now_ms - o.commit_ts_ms >= retention_ms]
+        elif self.state is GroupState.EMPTY and now_ms - self.state_timestamp_ms >= retention_ms:
+            expired = list(self.offsets)
+        else:
+            return 0
+        for tp in expired:
+            del self.offsets[tp]
+        return len(expired)
 
     def can_rebalance(self) -> bool:
         return self.state in VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]
@@ -240,7 +259,13 @@ class ClassicGroup:
         self.protocol_epoch += 1
         counts = self.supported_protocols
         for name, _ in protocols:
-            counts[name] = counts.get(name, 0) + delta
+            count = counts.get(name, 0) + delta
+            if count:
+                counts[name] = count
+            else:
+                # Kafka keeps zero counts in its map; dropping them changes no answer and keeps a
+                # group whose members keep inventing protocol names from growing.
+                del counts[name]
 
     def supports_protocols(self, protocol_type: str, protocol_names: set[str]) -> bool:
         """GroupMetadata.supportsProtocols."""

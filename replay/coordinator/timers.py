@@ -5,7 +5,9 @@ Kafka's new coordinator keeps its classic-group timeouts in a `CoordinatorTimer`
 (GroupMetadataManager.classicGroupHeartbeatKey / classicGroupJoinKey / classicGroupSyncKey);
 `timer.schedule(key, ...)` cancels the previous timer of that key. This is the same idea as a
 binary heap with lazy deletion: each key remembers the sequence number of its live entry, and
-stale heap entries are skipped when they surface.
+stale heap entries are skipped when they surface. When stale entries outnumber live ones the heap
+is rebuilt from the live ones (a client heartbeating as fast as it can, with a 30-minute session
+timeout, would otherwise leave one stale entry per heartbeat for 30 minutes).
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ TimerAction = Callable[[int], None]
 # heartbeat timer is the hottest path of a large group.
 _Entry = tuple[int, int, TimerAction]
 
+# Rebuild when the heap holds more than 2 x live + this many entries: amortised O(1) per
+# schedule, and a small heap is never rebuilt.
+COMPACT_SLACK = 1024
+
 
 class KeyedTimers:
     __slots__ = ("_heap", "_live", "_seq")
@@ -30,8 +36,21 @@ class KeyedTimers:
 
     def schedule(self, key: str, deadline_ms: int, action: TimerAction) -> None:
         seq = self._seq = self._seq + 1
-        self._live[key] = (deadline_ms, seq, action)
-        heapq.heappush(self._heap, (deadline_ms, seq, key))
+        live = self._live
+        live[key] = (deadline_ms, seq, action)
+        heap = self._heap
+        heapq.heappush(heap, (deadline_ms, seq, key))
+        if len(heap) > 2 * len(live) + COMPACT_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        heap = [(deadline_ms, seq, key) for key, (deadline_ms, seq, _) in self._live.items()]
+        heapq.heapify(heap)
+        self._heap = heap
+
+    def heap_size(self) -> int:
+        """Entries in the heap, stale ones included (what memory the timers hold)."""
+        return len(self._heap)
 
     def cancel(self, key: str) -> None:
         self._live.pop(key, None)

@@ -19,6 +19,9 @@ DEFAULT_MAX_SESSION_TIMEOUT_MS: Final = 1_800_000
 DEFAULT_INITIAL_REBALANCE_DELAY_MS: Final = 3_000
 # GroupCoordinator.NewMemberJoinTimeoutMs / GroupMetadataManager.classicGroupNewMemberJoinTimeoutMs
 NEW_MEMBER_JOIN_TIMEOUT_MS: Final = 5 * 60 * 1000
+# offsets.retention.check.interval.ms and offsets.retention.minutes (7 days), Kafka's defaults.
+OFFSETS_RETENTION_CHECK_INTERVAL_MS: Final = 600_000
+OFFSETS_RETENTION_MS: Final = 7 * 24 * 60 * 60 * 1000
 
 
 class KafkaBehaviour(StrEnum):
@@ -41,6 +44,8 @@ class CoordinatorConfig:
     group_max_size: int = INT32_MAX
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
     kafka_behaviour: KafkaBehaviour = KafkaBehaviour.SCALA_3_9
+    offsets_retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS
+    offsets_retention_ms: int = OFFSETS_RETENTION_MS
     # What FindCoordinator answers (the coordinator itself; the server sets its listener).
     node_id: int = 0
     host: str = "127.0.0.1"
