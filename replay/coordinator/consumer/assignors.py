@@ -1,0 +1,261 @@
+"""Server-side assignors of KIP-848 consumer groups: `uniform` (the default) and `range`.
+
+Ports of Kafka 4.3.1's group-coordinator (sources jar org.apache.kafka:kafka-group-coordinator:
+4.3.1, read for this module):
+- assignor/UniformAssignor.java -> UniformHomogeneousAssignmentBuilder.java (members subscribed to
+  the same topics): keep each member's current target up to its quota, collect the unassigned
+  and over-quota partitions, hand them out to members under quota in member order.
+- assignor/RangeAssignor.java: members sorted by instance id (static first) then member id;
+  each subscribed topic cut into contiguous ranges, the first `partitions % members` members
+  get one extra (assignHomogeneousGroup / assignHeterogeneousGroup).
+
+Where Kafka's outcome depends on Java hash iteration order (the uniform builder walks a fresh
+`HashMap<String, ...>` of members and a `HashSet<Uuid>` of topics), `java_hash_order` reproduces
+java.util.HashMap's order: bucket `(h ^ h >>> 16) & (capacity - 1)` of the final table, ties in
+insertion order. Deviations, documented: (1) the insertion order fed to it is the group's join
+order, while Kafka inserts in its TimelineHashMap's order, so two members whose ids land in the
+same bucket may come out swapped; (2) a member's partitions of one topic are walked ascending
+(Kafka walks a HashSet<Integer>, ascending whenever the set's table is larger than its largest
+partition number); (3) for members with DIFFERENT subscriptions `uniform` here balances each
+topic separately among its subscribers, stickily; Kafka 4.3 runs UniformHeterogeneousAssignment
+Builder (a global balance), so heterogeneous uniform outcomes may differ from Kafka's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+from uuid import UUID
+
+K = TypeVar("K", str, UUID)
+
+# member id -> topic id -> partitions
+Assignment = Mapping[UUID, frozenset[int]]
+GroupAssignment = dict[str, dict[UUID, frozenset[int]]]
+
+UNIFORM = "uniform"
+RANGE = "range"
+ASSIGNORS = (UNIFORM, RANGE)  # group.consumer.assignors default order: the first is the default
+
+
+class PartitionAssignorError(ValueError):
+    """Kafka's PartitionAssignorException (the heartbeat then fails with UNKNOWN_SERVER_ERROR)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSpec:
+    """What an assignor sees of a member (modern/MemberSubscriptionAndAssignmentImpl)."""
+
+    member_id: str
+    instance_id: str | None
+    subscribed_topic_ids: frozenset[UUID]
+    assignment: Assignment  # the member's current TARGET assignment
+
+
+def _int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def java_string_hash(text: str) -> int:
+    """java.lang.String.hashCode over UTF-16 code units."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for index in range(0, len(data), 2):
+        h = (31 * h + ((data[index] << 8) | data[index + 1])) & 0xFFFFFFFF
+    return _int32(h)
+
+
+def java_uuid_hash(value: UUID) -> int:
+    """org.apache.kafka.common.Uuid.hashCode: (int)(h >> 32) ^ (int) h with h = msb ^ lsb."""
+    h = (value.int >> 64) ^ (value.int & 0xFFFFFFFFFFFFFFFF)
+    return _int32((h >> 32) ^ h)
+
+
+def _java_hash_table_capacity(size: int, initial_capacity: int = 16) -> int:
+    capacity = initial_capacity
+    while size > capacity * 3 // 4:  # HashMap.resize when ++size > threshold (0.75 load factor)
+        capacity *= 2
+    return capacity
+
+
+def java_hash_order(keys: Iterable[K]) -> list[K]:
+    """`keys` (in insertion order) in the order a java.util.HashMap/HashSet holding them iterates."""
+    ordered = list(keys)
+    if not ordered:
+        return ordered
+    capacity = _java_hash_table_capacity(len(ordered))
+
+    def bucket(item: K) -> int:
+        h = java_uuid_hash(item) if isinstance(item, UUID) else java_string_hash(str(item))
+        h &= 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    positions = {id(item): index for index, item in enumerate(ordered)}
+    return sorted(ordered, key=lambda item: (bucket(item), positions[id(item)]))
+
+
+def _partitions(topic_partitions: Mapping[UUID, int], topic_id: UUID) -> int:
+    count = topic_partitions.get(topic_id, -1)
+    if count == -1:
+        raise PartitionAssignorError(
+            f"Members are subscribed to topic {topic_id} which doesn't exist in the topic metadata."
+        )
+    return count
+
+
+def _homogeneous(members: Sequence[MemberSpec]) -> bool:
+    first = members[0].subscribed_topic_ids
+    return all(member.subscribed_topic_ids == first for member in members)
+
+
+def uniform(members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) -> GroupAssignment:
+    """UniformAssignor.assign; `members` in Kafka's member-spec map order (see java_hash_order)."""
+    if not members:
+        return {}
+    if not _homogeneous(members):
+        return _uniform_per_topic(members, topic_partitions)
+    topic_ids = java_hash_order(sorted(members[0].subscribed_topic_ids))
+    if not topic_ids:
+        return {}
+    assigned = {(t, p) for m in members for t, parts in m.assignment.items() for p in parts}
+    unassigned: list[tuple[UUID, int]] = []
+    total = 0
+    for topic_id in topic_ids:
+        count = _partitions(topic_partitions, topic_id)
+        unassigned.extend((topic_id, p) for p in range(count) if (topic_id, p) not in assigned)
+        total += count
+    minimum_quota, extra = divmod(total, len(members))
+    subscribed = set(topic_ids)
+    target: GroupAssignment = {}
+    unfilled: list[tuple[str, int]] = []
+    member_count = len(members)
+    # maybeRevokePartitions
+    for index, member in enumerate(members):
+        quota = minimum_quota
+        has_extra = False
+        if extra > 0:
+            quota += 1
+            has_extra = True
+        new: dict[UUID, frozenset[int]] = {}
+        for topic_id in java_hash_order(sorted(member.assignment)):
+            parts = member.assignment[topic_id]
+            if topic_id not in subscribed:
+                continue
+            if len(parts) <= quota:
+                quota -= len(parts)
+                new[topic_id] = frozenset(parts)
+                continue
+            kept = []
+            for partition in sorted(parts):
+                if quota > 0:
+                    quota -= 1
+                    kept.append(partition)
+                else:
+                    unassigned.append((topic_id, partition))
+            if kept:
+                new[topic_id] = frozenset(kept)
+        if quota > 0 and has_extra and member_count - index > extra:
+            quota -= 1
+            has_extra = False
+        if quota > 0:
+            unfilled.append((member.member_id, quota))
+        if has_extra:
+            extra -= 1
+        target[member.member_id] = new
+    # assignRemainingPartitions
+    position = 0
+    for member_id, quota in unfilled:
+        grown = {t: set(parts) for t, parts in target[member_id].items()}
+        for _ in range(quota):
+            if position >= len(unassigned):
+                break
+            topic_id, partition = unassigned[position]
+            position += 1
+            grown.setdefault(topic_id, set()).add(partition)
+        target[member_id] = {t: frozenset(parts) for t, parts in grown.items()}
+    if position < len(unassigned):
+        raise PartitionAssignorError("Partitions were left unassigned")
+    return target
+
+
+def _uniform_per_topic(
+    members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]
+) -> GroupAssignment:
+    """Deviation (3) in the module docstring: each topic balanced among its own subscribers."""
+    target: dict[str, dict[UUID, set[int]]] = {m.member_id: {} for m in members}
+    for topic_id in sorted({t for m in members for t in m.subscribed_topic_ids}):
+        subscribers = [m for m in members if topic_id in m.subscribed_topic_ids]
+        spec = [
+            MemberSpec(
+                m.member_id,
+                m.instance_id,
+                frozenset({topic_id}),
+                {topic_id: m.assignment[topic_id]} if topic_id in m.assignment else {},
+            )
+            for m in subscribers
+        ]
+        for member_id, parts in uniform(spec, {topic_id: _partitions(topic_partitions, topic_id)}).items():
+            for t, ps in parts.items():
+                target[member_id].setdefault(t, set()).update(ps)
+    return {member_id: {t: frozenset(ps) for t, ps in parts.items()} for member_id, parts in target.items()}
+
+
+def _range_order(member: MemberSpec) -> tuple[int, str]:
+    # RangeAssignor.sortMemberIds: static members (by instance id) before dynamic (by member id).
+    return (0, member.instance_id) if member.instance_id is not None else (1, member.member_id)
+
+
+def range_(members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) -> GroupAssignment:
+    """RangeAssignor.assign (homogeneous and heterogeneous paths give the same ranges)."""
+    if not members:
+        return {}
+    ordered = sorted(members, key=_range_order)
+    subscribers: dict[UUID, int] = {}
+    for member in ordered:
+        for topic_id in member.subscribed_topic_ids:
+            _partitions(topic_partitions, topic_id)
+            subscribers[topic_id] = subscribers.get(topic_id, 0) + 1
+    next_range = dict.fromkeys(subscribers, 0)
+    extras = {t: topic_partitions[t] % n for t, n in subscribers.items()}
+    target: GroupAssignment = {}
+    for member in ordered:
+        assignment: dict[UUID, frozenset[int]] = {}
+        for topic_id in sorted(member.subscribed_topic_ids):
+            quota = topic_partitions[topic_id] // subscribers[topic_id]
+            if extras[topic_id] > 0:
+                quota += 1
+                extras[topic_id] -= 1
+            start = next_range[topic_id]
+            end = min(start + quota, topic_partitions[topic_id])
+            next_range[topic_id] = end
+            if start < end:
+                assignment[topic_id] = frozenset(range(start, end))
+        target[member.member_id] = assignment
+    return target
+
+
+def assign(name: str, members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) -> GroupAssignment:
+    match name:
+        case "uniform":
+            return uniform(members, topic_partitions)
+        case "range":
+            return range_(members, topic_partitions)
+    raise PartitionAssignorError(f"unknown assignor {name!r}")
+
+
+__all__ = [
+    "ASSIGNORS",
+    "RANGE",
+    "UNIFORM",
+    "GroupAssignment",
+    "MemberSpec",
+    "PartitionAssignorError",
+    "assign",
+    "java_hash_order",
+    "java_string_hash",
+    "java_uuid_hash",
+    "range_",
+    "uniform",
+]

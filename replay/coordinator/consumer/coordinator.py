@@ -1,0 +1,610 @@
+"""The reference coordinator for KIP-848 consumer groups: ConsumerGroupHeartbeat and
+ConsumerGroupDescribe, sans-IO, in virtual time (`heartbeat(now_ms, ...)`, `advance(now_ms)`,
+`next_deadline()`).
+
+The specification is Kafka 4.3.1's group-coordinator (sources jar
+org.apache.kafka:kafka-group-coordinator:4.3.1):
+- GroupCoordinatorService.throwIfConsumerGroupHeartbeatRequestIsInvalid -> `_validate`;
+- GroupMetadataManager.consumerGroupHeartbeat -> `_heartbeat`: getOrMaybeCreateConsumerGroup,
+  throwIfConsumerGroupIsFull, getOrMaybeSubscribeDynamicConsumerGroupMember /
+  getOrMaybeSubscribeStaticConsumerGroupMember (UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
+  static replacement keeping the departed member's assignment), throwIfConsumerGroupMemberEpochIsInvalid
+  (FENCED_MEMBER_EPOCH; the previous epoch is accepted with a subset of the assignment), the
+  group epoch bump on a subscription change, maybeUpdateTargetAssignment (computed at most once per
+  `group.consumer.assignment.interval.ms`, default 1000 ms: the "batches" of Kafka 4.3, so a member
+  joining within the interval gets the last target and a later heartbeat brings the new one),
+  maybeReconcile (+ the rebalance timeout while partitions are unrevoked), the session timeout,
+  and when the response carries the assignment (epoch 0, a full request, or a changed assignment);
+- consumerGroupLeave / consumerGroupStaticMemberGroupLeave / consumerGroupFenceMember(s): epoch -1
+  removes the member and bumps the group epoch; epoch -2 keeps a static member at epoch -2 with
+  its partitions (nobody else gets them) until it rejoins or its session expires;
+- timers keyed like Kafka's: `session-timeout-{group}-{member}` (group.consumer.session.timeout.ms,
+  45 s) and `rebalance-timeout-{group}-{member}` (the member's rebalance timeout, fires only if
+  the member is still at the epoch it was given).
+
+Not modelled yet (issue 13): classic groups and the online migration (a group id used by a classic
+group answers GROUP_ID_NOT_FOUND here only when the caller says so), regex subscriptions
+(accepted, resolved to nothing), rack-aware assignment, topic metadata changes after creation,
+OffsetCommit member-epoch checks, the assignor offload thread.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from replay.coordinator.consumer import assignors
+from replay.coordinator.consumer.group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupState,
+    MemberState,
+    Partitions,
+    reconcile,
+)
+from replay.coordinator.timers import KeyedTimers
+
+CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1  # ConsumerGroupHeartbeatRequest (KIP-1082)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupConfig:
+    """Broker settings (GroupCoordinatorConfig defaults of Kafka 4.3.1)."""
+
+    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    max_size: int = 2**31 - 1  # group.consumer.max.size
+    assignors: tuple[str, ...] = assignors.ASSIGNORS  # group.consumer.assignors; first is the default
+    assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    """What the coordinator knows of a topic from the metadata image."""
+
+    name: str
+    topic_id: UUID
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """ConsumerGroupHeartbeatRequest, protocol-neutral (None = the field's null / -1 sentinel)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Mapping[UUID, frozenset[int]] | None = None  # topicPartitions
+    api_version: int = 1
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Mapping[UUID, frozenset[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: Mapping[UUID, frozenset[int]]
+    target_assignment: Mapping[UUID, frozenset[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    """ConsumerGroupDescribeResponse.DescribedGroup (GroupMetadataManager.consumerGroupDescribe)."""
+
+    group_id: str
+    error_code: int
+    error_message: str | None = None
+    group_state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[DescribedMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupEvent:
+    """Something a replay's event table may want: joined, left, fenced (with why), epoch bumps."""
+
+    ts_ms: int
+    group_id: str
+    kind: str  # member_joined | member_left | member_fenced | member_expired | target_assigned
+    member_id: str | None = None
+    epoch: int = 0
+    detail: str = ""
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _error(code: ErrorCode, message: str) -> HeartbeatError:
+    return HeartbeatError(code, message)
+
+
+@dataclass(slots=True)
+class ConsumerGroupCoordinator:
+    """All consumer groups of one coordinator. `topics` is the metadata image (by name)."""
+
+    config: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+    topics: dict[str, TopicImage] = field(default_factory=dict)
+    groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    timers: KeyedTimers = field(default_factory=KeyedTimers)
+    events: list[ConsumerGroupEvent] = field(default_factory=list)
+    member_id_seed: int = 0x848  # member ids this coordinator makes (v0 joins) are deterministic
+    _ids: int = 0
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    def add_topic(self, name: str, partitions: int, topic_id: UUID | None = None) -> TopicImage:
+        image = TopicImage(
+            name, topic_id or uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{name}"), partitions
+        )
+        self.topics[name] = image
+        return image
+
+    def topic_ids(self, names: Iterable[str]) -> frozenset[UUID]:
+        """TopicIds: subscribed names that exist in the image (the others match nothing yet)."""
+        return frozenset(self.topics[n].topic_id for n in names if n in self.topics)
+
+    def _partition_counts(self) -> dict[UUID, int]:
+        return {t.topic_id: t.partitions for t in self.topics.values()}
+
+    # -- time ------------------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        return self.timers.next_deadline()
+
+    def advance(self, now_ms: int) -> None:
+        """Fire every timer due at `now_ms` (session and rebalance timeouts)."""
+        while (due := self.timers.pop_due(now_ms)) is not None:
+            due[1](now_ms)
+
+    # -- ConsumerGroupHeartbeat ------------------------------------------------------------------
+
+    def heartbeat(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:
+        try:
+            self._validate(request)
+            if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(now_ms, request)
+            return self._heartbeat(now_ms, request)
+        except HeartbeatError as exc:
+            return HeartbeatResponse(error_code=int(exc.code), error_message=exc.message)
+        except assignors.PartitionAssignorError as exc:
+            return HeartbeatResponse(
+                error_code=int(ErrorCode.unknown_server_error),
+                error_message=f"Failed to compute a new target assignment: {exc}",
+            )
+
+    def _validate(self, request: HeartbeatRequest) -> None:
+        """GroupCoordinatorService.throwIfConsumerGroupHeartbeatRequestIsInvalid."""
+        invalid = ErrorCode.invalid_request
+        if (
+            request.api_version >= CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION
+            or request.member_epoch > 0
+            or request.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
+        ) and not request.member_id.strip():
+            raise _error(invalid, "MemberId can't be empty.")
+        if not request.group_id.strip():
+            raise _error(invalid, "GroupId can't be empty.")
+        if request.instance_id is not None and not request.instance_id.strip():
+            raise _error(invalid, "InstanceId can't be empty.")
+        if request.rack_id is not None and not request.rack_id.strip():
+            raise _error(invalid, "RackId can't be empty.")
+        if request.member_epoch == 0:
+            if request.rebalance_timeout_ms == -1:
+                raise _error(invalid, "RebalanceTimeoutMs must be provided in first request.")
+            if request.owned is None or request.owned:
+                raise _error(invalid, "TopicPartitions must be empty when (re-)joining.")
+            if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+                raise _error(
+                    invalid,
+                    "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.",
+                )
+        elif request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if request.instance_id is None:
+                raise _error(invalid, "InstanceId can't be null.")
+        elif request.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise _error(invalid, "MemberEpoch is invalid.")
+        if request.server_assignor is not None and request.server_assignor not in self.config.assignors:
+            raise _error(
+                ErrorCode.unsupported_assignor,
+                f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(self.config.assignors)}.",
+            )
+
+    def _group(self, group_id: str) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise _error(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
+        return group
+
+    def _member(self, group: ConsumerGroup, member_id: str) -> ConsumerGroupMember:
+        member = group.members.get(member_id)
+        if member is None:
+            raise _error(
+                ErrorCode.unknown_member_id,
+                f"Member {member_id} is not a member of group {group.group_id}.",
+            )
+        return member
+
+    def _new_member_id(self) -> str:
+        self._ids += 1
+        return str(uuid.UUID(int=(self.member_id_seed << 64) | self._ids))
+
+    @staticmethod
+    def _check_epoch(member: ConsumerGroupMember, epoch: int, owned: Partitions | None) -> None:
+        """throwIfConsumerGroupMemberEpochIsInvalid."""
+        if epoch == 0:
+            return
+        if epoch > member.member_epoch:
+            raise _error(
+                ErrorCode.fenced_member_epoch,
+                f"The consumer group member has a greater member epoch ({epoch}) than the one known by "
+                f"the group coordinator ({member.member_epoch}). The member must abandon all its "
+                "partitions and rejoin.",
+            )
+        if epoch < member.member_epoch:
+            subset = owned is not None and all(
+                parts <= member.assigned.get(topic_id, frozenset()) for topic_id, parts in owned.items()
+            )
+            if epoch != member.previous_member_epoch or not subset:
+                raise _error(
+                    ErrorCode.fenced_member_epoch,
+                    f"The consumer group member has a smaller member epoch ({epoch}) than the one known "
+                    f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                    "partitions and rejoin.",
+                )
+
+    def _heartbeat(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:
+        create = request.member_epoch == 0
+        group = self.groups.get(request.group_id)
+        if group is None:
+            if not create:
+                raise _error(ErrorCode.group_id_not_found, f"Consumer group {request.group_id} not found.")
+            group = ConsumerGroup(request.group_id)  # materialised below, once the request succeeds
+        member_id = request.member_id or self._new_member_id()
+        if len(group.members) >= self.config.max_size and member_id not in group.members:
+            raise _error(
+                ErrorCode.group_max_size_reached,
+                f"The consumer group has reached its maximum capacity of {self.config.max_size} members.",
+            )
+        replaced: ConsumerGroupMember | None = None
+        if request.instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                if not create:
+                    self._member(group, member_id)
+                member = ConsumerGroupMember(member_id)
+            self._check_epoch(member, request.member_epoch, request.owned)
+        else:
+            existing = group.static_member(request.instance_id)
+            if create:
+                if existing is None:
+                    member = group.members.get(member_id) or ConsumerGroupMember(member_id)
+                else:
+                    if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                        raise _error(
+                            ErrorCode.unreleased_instance_id,
+                            f"Static member {member_id} with instance id {request.instance_id} cannot join "
+                            f"the group because the instance id is owned by {existing.member_id} member.",
+                        )
+                    member = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+                    replaced = existing
+            else:
+                if existing is None:
+                    raise _error(
+                        ErrorCode.unknown_member_id, f"Instance id {request.instance_id} is unknown."
+                    )
+                if existing.member_id != member_id:
+                    raise _error(
+                        ErrorCode.fenced_instance_id,
+                        f"Static member {member_id} with instance id {request.instance_id} was fenced by "
+                        f"member {existing.member_id}.",
+                    )
+                self._check_epoch(existing, request.member_epoch, request.owned)
+                member = existing
+        is_new = member_id not in group.members and replaced is None
+
+        updated = replace(
+            member,
+            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
+            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=(
+                request.rebalance_timeout_ms
+                if request.rebalance_timeout_ms != -1
+                else member.rebalance_timeout_ms
+            ),
+            server_assignor=request.server_assignor
+            if request.server_assignor is not None
+            else member.server_assignor,
+            subscribed_topic_names=(
+                frozenset(request.subscribed_topic_names)
+                if request.subscribed_topic_names is not None
+                else member.subscribed_topic_names
+            ),
+            subscribed_topic_regex=(
+                request.subscribed_topic_regex
+                if request.subscribed_topic_regex is not None
+                else member.subscribed_topic_regex
+            ),
+            client_id=request.client_id,
+            client_host=request.client_host,
+        )
+        # hasMemberSubscriptionChanged: a new member's empty subscription differs from any request's.
+        names_changed = updated.subscribed_topic_names != member.subscribed_topic_names or is_new
+        regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
+        self.groups[group.group_id] = group
+        if replaced is not None:
+            # replaceMember: the new id takes the departed member's target; timers stay (they no-op).
+            target = self._last_target(group, replaced)
+            group.remove_member(replaced.member_id)
+            group.update_member(member)
+            if target:
+                group.target[member.member_id] = target
+        group_epoch = group.group_epoch
+        if names_changed or regex_changed:
+            group_epoch = group.group_epoch = group.group_epoch + 1
+        target_epoch, target = self._maybe_update_target(now_ms, group, group_epoch, member, updated)
+        reconciled = updated
+        if names_changed or regex_changed or not updated.is_reconciled_to(target_epoch):
+            reconciled = reconcile(
+                updated,
+                target_epoch,
+                target,
+                self.topic_ids(updated.subscribed_topic_names),
+                group.owner_of,
+                request.owned,
+                names_changed or regex_changed,
+            )
+            if reconciled != updated:
+                key = f"rebalance-timeout-{group.group_id}-{member_id}"
+                if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+                    self._schedule_rebalance_timeout(
+                        now_ms,
+                        group.group_id,
+                        member_id,
+                        reconciled.member_epoch,
+                        reconciled.rebalance_timeout_ms,
+                    )
+                else:
+                    self.timers.cancel(key)
+        group.update_member(reconciled)
+        if is_new or replaced is not None:
+            self.events.append(
+                ConsumerGroupEvent(
+                    now_ms, group.group_id, "member_joined", member_id, reconciled.member_epoch
+                )
+            )
+        self._schedule_session_timeout(now_ms, group.group_id, member_id)
+        full = (
+            request.rebalance_timeout_ms != -1
+            and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None)
+            and request.owned is not None
+        )
+        changed = dict(reconciled.assigned) != dict(member.assigned)
+        return HeartbeatResponse(
+            member_id=member_id,
+            member_epoch=reconciled.member_epoch,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            assignment=dict(reconciled.assigned) if request.member_epoch == 0 or full or changed else None,
+        )
+
+    @staticmethod
+    def _last_target(group: ConsumerGroup, member: ConsumerGroupMember) -> Partitions:
+        return group.target.get(member.member_id, {})
+
+    def _maybe_update_target(
+        self,
+        now_ms: int,
+        group: ConsumerGroup,
+        group_epoch: int,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+    ) -> tuple[int, Partitions]:
+        """maybeUpdateTargetAssignment + canComputeNextTargetAssignment (the assignment interval)."""
+        if group.assignment_epoch >= group_epoch:
+            return group.assignment_epoch, group.target_of(updated)
+        interval = self.config.assignment_interval_ms
+        last = group.assignment_timestamp_ms
+        if last is not None and interval != 0 and now_ms < last + interval:
+            return group.assignment_epoch, group.target_of(updated)
+        members = dict(group.members)
+        members[updated.member_id] = updated  # addOrUpdateMember (joins keep their place at the end)
+        name = self._preferred_assignor(group, member, updated)
+        specs = [
+            assignors.MemberSpec(
+                m.member_id,
+                m.instance_id,
+                self.topic_ids(m.subscribed_topic_names),
+                group.target_of(m),
+            )
+            for m in (members[i] for i in assignors.java_hash_order(list(members)))
+        ]
+        result = assignors.assign(name, specs, self._partition_counts())
+        group.target = {member_id: result.get(member_id, {}) for member_id in members}
+        group.assignment_epoch = group_epoch
+        group.assignment_timestamp_ms = now_ms
+        self.events.append(
+            ConsumerGroupEvent(now_ms, group.group_id, "target_assigned", None, group_epoch, name)
+        )
+        return group_epoch, group.target.get(updated.member_id, {})
+
+    def _preferred_assignor(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember
+    ) -> str:
+        """ConsumerGroup.computePreferredServerAssignor: the most used assignor among members
+        (with the updated member counted in its new choice), else the default (the first configured)."""
+        counts: dict[str, int] = {}
+        for m in group.members.values():
+            if m.member_id == updated.member_id:
+                continue
+            if m.server_assignor is not None:
+                counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
+        if updated.server_assignor is not None:
+            counts[updated.server_assignor] = counts.get(updated.server_assignor, 0) + 1
+        if not counts:
+            return self.config.assignors[0]
+        return max(counts.items(), key=lambda item: item[1])[0]
+
+    def _schedule_session_timeout(self, now_ms: int, group_id: str, member_id: str) -> None:
+        def expire(at_ms: int) -> None:
+            self._fence_operation(at_ms, group_id, member_id, "member_expired", "the member session expired")
+
+        self.timers.schedule(
+            f"session-timeout-{group_id}-{member_id}", now_ms + self.config.session_timeout_ms, expire
+        )
+
+    def _schedule_rebalance_timeout(
+        self, now_ms: int, group_id: str, member_id: str, epoch: int, timeout_ms: int
+    ) -> None:
+        def expire(at_ms: int) -> None:
+            group = self.groups.get(group_id)
+            member = None if group is None else group.members.get(member_id)
+            if member is not None and member.member_epoch == epoch:
+                self._fence(
+                    at_ms,
+                    group,  # type: ignore[arg-type]
+                    member,
+                    "member_fenced",
+                    f"it failed to transition from epoch {epoch} within {timeout_ms}ms",
+                )
+
+        self.timers.schedule(f"rebalance-timeout-{group_id}-{member_id}", now_ms + timeout_ms, expire)
+
+    def _fence_operation(self, now_ms: int, group_id: str, member_id: str, kind: str, why: str) -> None:
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is not None and member is not None:
+            self._fence(now_ms, group, member, kind, why)
+
+    def _fence(
+        self, now_ms: int, group: ConsumerGroup, member: ConsumerGroupMember, kind: str, why: str
+    ) -> None:
+        """consumerGroupFenceMembers (no downgrade: classic groups are not modelled here)."""
+        group.remove_member(member.member_id)
+        group.group_epoch += 1
+        for key in ("session-timeout", "rebalance-timeout"):
+            self.timers.cancel(f"{key}-{group.group_id}-{member.member_id}")
+        self.events.append(
+            ConsumerGroupEvent(now_ms, group.group_id, kind, member.member_id, group.group_epoch, why)
+        )
+
+    def _leave(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:
+        """consumerGroupLeave."""
+        group = self._group(request.group_id)
+        if request.instance_id is None:
+            member = self._member(group, request.member_id)
+        else:
+            found = group.static_member(request.instance_id)
+            if found is None:
+                raise _error(ErrorCode.unknown_member_id, f"Instance id {request.instance_id} is unknown.")
+            if found.member_id != request.member_id:
+                raise _error(
+                    ErrorCode.fenced_instance_id,
+                    f"Static member {request.member_id} with instance id {request.instance_id} was fenced by "
+                    f"member {found.member_id}.",
+                )
+            member = found
+            if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # consumerGroupStaticMemberGroupLeave: keeps its partitions, epoch -2, no epoch bump.
+                group.update_member(
+                    replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+                )
+                self.events.append(
+                    ConsumerGroupEvent(now_ms, group.group_id, "member_left", member.member_id, -2, "static")
+                )
+                return HeartbeatResponse(
+                    member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                )
+        self._fence(now_ms, group, member, "member_left", "the member left")
+        return HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch)
+
+    # -- ConsumerGroupDescribe -------------------------------------------------------------------
+
+    def describe(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
+        """GroupMetadataManager.consumerGroupDescribe / ConsumerGroup.asDescribedGroup."""
+        described = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None:
+                described.append(
+                    DescribedGroup(
+                        group_id,
+                        int(ErrorCode.group_id_not_found),
+                        f"Group {group_id} not found.",
+                        group_state=ConsumerGroupState.DEAD.value,
+                    )
+                )
+                continue
+            members = tuple(
+                DescribedMember(
+                    m.member_id,
+                    m.instance_id,
+                    m.rack_id,
+                    m.member_epoch,
+                    m.client_id,
+                    m.client_host,
+                    tuple(sorted(m.subscribed_topic_names)),
+                    m.subscribed_topic_regex,
+                    m.assigned,
+                    group.target.get(m.member_id, {}),
+                )
+                for m in group.members.values()
+            )
+            described.append(
+                DescribedGroup(
+                    group_id,
+                    0,
+                    None,
+                    group.state.value,
+                    group.group_epoch,
+                    group.assignment_epoch,
+                    self._preferred_assignor(group, ConsumerGroupMember(""), ConsumerGroupMember("")),
+                    members,
+                )
+            )
+        return described
+
+
+__all__ = [
+    "ConsumerGroupConfig",
+    "ConsumerGroupCoordinator",
+    "ConsumerGroupEvent",
+    "DescribedGroup",
+    "DescribedMember",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "TopicImage",
+]

@@ -1,0 +1,267 @@
+"""A KIP-848 consumer group's state: members with epochs, target assignment, reconciliation.
+
+Ports of Kafka 4.3.1's group-coordinator (sources jar org.apache.kafka:kafka-group-coordinator:4.3.1):
+- modern/consumer/ConsumerGroupMember.java (+ ModernGroupMember): member epoch, previous member
+  epoch, state, assigned partitions, partitions pending revocation; `isReconciledTo`.
+- modern/MemberState.java: STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS.
+- modern/consumer/CurrentAssignmentBuilder.java: `reconcile` below is its `build()`:
+  revocation first (the member keeps its epoch until it stops reporting the revoked partitions),
+  then assignment at the target epoch, where a partition still owned (assigned or pending
+  revocation) by another member is held back (UNRELEASED_PARTITIONS) until that member releases it.
+- modern/consumer/ConsumerGroup.java: group epoch, assignment epoch, static members by instance
+  id, the partition -> owner index behind `currentPartitionEpoch` (-1 = free), and the group state
+  (EMPTY / ASSIGNING / RECONCILING / STABLE, ConsumerGroup.maybeUpdateGroupState).
+
+Partition epochs (4.3 keeps the epoch at which each partition was assigned) are not modelled:
+only "owned by whom" decides reconciliation; OffsetCommit epoch checks are not modelled yet.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from uuid import UUID
+
+Partitions = Mapping[UUID, frozenset[int]]
+EMPTY: Mapping[UUID, frozenset[int]] = {}
+
+LEAVE_GROUP_MEMBER_EPOCH = -1  # ConsumerGroupHeartbeatRequest.LEAVE_GROUP_MEMBER_EPOCH
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2  # ...LEAVE_GROUP_STATIC_MEMBER_EPOCH
+
+
+class MemberState(enum.Enum):
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"
+    UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+class ConsumerGroupState(enum.Enum):
+    """ConsumerGroup.ConsumerGroupState, with the names ConsumerGroupDescribe reports."""
+
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class FencedMemberEpoch(Exception):
+    """FencedMemberEpochException from reconciliation (a member in an unknown state)."""
+
+
+def _frozen(partitions: Mapping[UUID, Iterable[int]]) -> dict[UUID, frozenset[int]]:
+    return {t: frozenset(ps) for t, ps in partitions.items() if ps}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMember:
+    member_id: str
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: frozenset[str] = frozenset()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    assigned: Partitions = field(default_factory=dict)
+    pending_revocation: Partitions = field(default_factory=dict)
+
+    def is_reconciled_to(self, target_epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == target_epoch
+
+    def with_epoch(self, epoch: int) -> ConsumerGroupMember:
+        """Builder.updateMemberEpoch: the old epoch becomes the previous one."""
+        return replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch)
+
+    def owned(self) -> Iterable[tuple[UUID, int]]:
+        for source in (self.assigned, self.pending_revocation):
+            for topic_id, parts in source.items():
+                for partition in parts:
+                    yield topic_id, partition
+
+
+def _owns_any(owned: Partitions | None, revoked: Partitions) -> bool:
+    """CurrentAssignmentBuilder.ownsRevokedPartitions: no owned list counts as still owning."""
+    if owned is None:
+        return True
+    return any(p in revoked.get(t, ()) for t, parts in owned.items() for p in parts)
+
+
+def reconcile(
+    member: ConsumerGroupMember,
+    target_epoch: int,
+    target: Partitions,
+    subscribed_topic_ids: frozenset[UUID],
+    owner_of: Mapping[tuple[UUID, int], str],
+    owned: Partitions | None,
+    has_subscription_changed: bool,
+) -> ConsumerGroupMember:
+    """CurrentAssignmentBuilder.build(); `owner_of` is the group's partition -> member index."""
+    match member.state:
+        case MemberState.STABLE:
+            if member.member_epoch != target_epoch:
+                return _next_assignment(member, target_epoch, target, subscribed_topic_ids, owner_of, owned)
+            if has_subscription_changed:
+                return _update_current(member, subscribed_topic_ids, owned)
+            return member
+        case MemberState.UNREVOKED_PARTITIONS:
+            if _owns_any(owned, member.pending_revocation):
+                if has_subscription_changed:
+                    return _update_current(member, subscribed_topic_ids, owned)
+                return member
+            return _next_assignment(member, target_epoch, target, subscribed_topic_ids, owner_of, owned)
+        case MemberState.UNRELEASED_PARTITIONS:
+            return _next_assignment(member, target_epoch, target, subscribed_topic_ids, owner_of, owned)
+
+
+def _update_current(
+    member: ConsumerGroupMember, subscribed: frozenset[UUID], owned: Partitions | None
+) -> ConsumerGroupMember:
+    """CurrentAssignmentBuilder.updateCurrentAssignment: drop topics no longer subscribed."""
+    if not subscribed and not member.pending_revocation:
+        assigned: dict[UUID, frozenset[int]] = {}
+        pending = dict(member.assigned)
+    else:
+        assigned = {t: ps for t, ps in member.assigned.items() if t in subscribed}
+        pending = dict(member.pending_revocation)
+        for topic_id, parts in member.assigned.items():
+            if topic_id not in subscribed:
+                pending[topic_id] = pending.get(topic_id, frozenset()) | parts
+    if assigned == dict(member.assigned):
+        return member
+    if pending and _owns_any(owned, pending):
+        return replace(
+            member.with_epoch(member.member_epoch),
+            state=MemberState.UNREVOKED_PARTITIONS,
+            assigned=assigned,
+            pending_revocation=pending,
+        )
+    return replace(member.with_epoch(member.member_epoch), assigned=assigned)
+
+
+def _next_assignment(
+    member: ConsumerGroupMember,
+    target_epoch: int,
+    target: Partitions,
+    subscribed: frozenset[UUID],
+    owner_of: Mapping[tuple[UUID, int], str],
+    owned: Partitions | None,
+) -> ConsumerGroupMember:
+    """CurrentAssignmentBuilder.computeNextAssignment."""
+    unreleased = False
+    assigned: dict[UUID, set[int]] = {}
+    revoking: dict[UUID, frozenset[int]] = {}
+    pending_assignment: dict[UUID, set[int]] = {}
+    for topic_id in set(target) | set(member.assigned):
+        wanted = target.get(topic_id, frozenset()) if topic_id in subscribed else frozenset()
+        current = member.assigned.get(topic_id, frozenset())
+        kept = current & wanted
+        if kept:
+            assigned[topic_id] = set(kept)
+        if current - kept:
+            revoking[topic_id] = current - kept
+        to_assign = set(wanted - kept)
+        mine_pending = member.pending_revocation.get(topic_id, frozenset())
+        held = {p for p in to_assign if (topic_id, p) in owner_of and p not in mine_pending}
+        if held:
+            unreleased = True
+            to_assign -= held
+        if to_assign:
+            pending_assignment[topic_id] = to_assign
+    if revoking and _owns_any(owned, revoking):
+        return replace(
+            member.with_epoch(member.member_epoch),
+            state=MemberState.UNREVOKED_PARTITIONS,
+            assigned=_frozen(assigned),
+            pending_revocation=revoking,
+        )
+    for topic_id, parts in pending_assignment.items():
+        assigned.setdefault(topic_id, set()).update(parts)
+    return replace(
+        member.with_epoch(target_epoch),
+        state=MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE,
+        assigned=_frozen(assigned),
+        pending_revocation={},
+    )
+
+
+@dataclass(slots=True)
+class ConsumerGroup:
+    """The mutable state of one consumer group (ConsumerGroup.java); members are immutable."""
+
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignment_timestamp_ms: int | None = None  # Kafka's 0 ("never computed"); virtual time may be 0
+    members: dict[str, ConsumerGroupMember] = field(default_factory=dict)  # join order
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    target: dict[str, Partitions] = field(default_factory=dict)
+    owner_of: dict[tuple[UUID, int], str] = field(default_factory=dict)
+
+    def update_member(self, member: ConsumerGroupMember) -> None:
+        """ConsumerGroup.updateMember: partition index, static member index."""
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._release(old)
+        self.members[member.member_id] = member
+        for key in member.owned():
+            self.owner_of[key] = member.member_id
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+
+    def remove_member(self, member_id: str) -> ConsumerGroupMember | None:
+        """ConsumerGroup.removeMember plus the target assignment tombstone (removeMember records)."""
+        old = self.members.pop(member_id, None)
+        self.target.pop(member_id, None)
+        if old is None:
+            return None
+        self._release(old)
+        if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+            del self.static_members[old.instance_id]
+        return old
+
+    def _release(self, member: ConsumerGroupMember) -> None:
+        for key in member.owned():
+            if self.owner_of.get(key) == member.member_id:
+                del self.owner_of[key]
+
+    def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
+        member_id = self.static_members.get(instance_id)
+        return None if member_id is None else self.members.get(member_id)
+
+    def target_of(self, member: ConsumerGroupMember) -> Partitions:
+        """ConsumerGroup.targetAssignment(memberId, instanceId): a replacing static member gets
+        the departed one's target until the next target assignment is computed."""
+        found = self.target.get(member.member_id)
+        if found is None and member.instance_id is not None:
+            previous = self.static_members.get(member.instance_id)
+            if previous is not None:
+                found = self.target.get(previous)
+        return EMPTY if found is None else found
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch != self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(not m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+
+__all__ = [
+    "LEAVE_GROUP_MEMBER_EPOCH",
+    "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
+    "ConsumerGroup",
+    "ConsumerGroupMember",
+    "ConsumerGroupState",
+    "FencedMemberEpoch",
+    "MemberState",
+    "reconcile",
+]

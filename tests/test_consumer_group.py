@@ -1,0 +1,316 @@
+"""The reference coordinator's KIP-848 consumer groups (replay.coordinator.consumer), in virtual time.
+
+Expected behaviour is Kafka 4.3.1's (GroupMetadataManager.consumerGroupHeartbeat,
+CurrentAssignmentBuilder, UniformAssignor/RangeAssignor); the differential test
+(tests/test_consumer_group_differential.py) checks the same sequences against a real broker.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay.coordinator.consumer import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    MemberSpec,
+    MemberState,
+    assign,
+)
+from replay.coordinator.consumer.assignors import java_hash_order, java_string_hash, java_uuid_hash
+
+FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND, UNRELEASED_INSTANCE_ID = 110, 25, 69, 111
+INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, FENCED_INSTANCE_ID = 42, 112, 82
+
+
+@dataclass
+class Client:
+    """A well-behaved consumer-protocol client: reports what it owns, releases what it loses."""
+
+    coordinator: ConsumerGroupCoordinator
+    member_id: str
+    topics: tuple[str, ...] = ("t",)
+    instance_id: str | None = None
+    assignor: str | None = None
+    group_id: str = "g"
+    epoch: int = 0
+    owned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
+    last: HeartbeatResponse | None = None
+
+    def beat(self, now_ms: int, epoch: int | None = None) -> HeartbeatResponse:
+        joining = self.epoch == 0 if epoch is None else epoch == 0
+        response = self.coordinator.heartbeat(
+            now_ms,
+            HeartbeatRequest(
+                group_id=self.group_id,
+                member_id=self.member_id,
+                member_epoch=self.epoch if epoch is None else epoch,
+                instance_id=self.instance_id,
+                rebalance_timeout_ms=30_000 if joining else -1,
+                subscribed_topic_names=self.topics if joining else None,
+                server_assignor=self.assignor if joining else None,
+                owned={} if joining else dict(self.owned),
+            ),
+        )
+        self.last = response
+        if response.error_code == 0:
+            self.epoch = response.member_epoch
+            if response.assignment is not None:
+                self.owned = dict(response.assignment)
+        return response
+
+    def partitions(self) -> list[int]:
+        return sorted(p for parts in self.owned.values() for p in parts)
+
+
+def _coordinator(partitions: int = 4, interval_ms: int = 0) -> ConsumerGroupCoordinator:
+    coordinator = ConsumerGroupCoordinator(ConsumerGroupConfig(assignment_interval_ms=interval_ms))
+    coordinator.add_topic("t", partitions)
+    return coordinator
+
+
+def test_second_member_waits_until_the_first_releases_its_partitions() -> None:
+    coordinator = _coordinator()
+    a = Client(coordinator, "a")
+    assert a.beat(0).member_epoch == 1 and a.partitions() == [0, 1, 2, 3]
+    b = Client(coordinator, "b")
+    joined = b.beat(10)
+    group = coordinator.groups["g"]
+    assert group.group_epoch == 2 and group.assignment_epoch == 2
+    # b's target partitions are still a's: b moves to epoch 2 holding nothing (UNRELEASED_PARTITIONS).
+    assert joined.member_epoch == 2 and joined.assignment == {}
+    assert group.members["b"].state is MemberState.UNRELEASED_PARTITIONS
+    # a must revoke first: it stays at epoch 1 and is told to keep only its target.
+    revoke = a.beat(20)
+    assert revoke.member_epoch == 1 and len(a.partitions()) == 2
+    assert group.members["a"].state is MemberState.UNREVOKED_PARTITIONS
+    # a's next heartbeat reports the revocation: it reaches epoch 2, and b then gets the rest.
+    assert a.beat(30).member_epoch == 2
+    b.beat(40)
+    assert sorted(a.partitions() + b.partitions()) == [0, 1, 2, 3] and b.partitions()
+    assert group.state.value == "Stable"
+
+
+def test_errors_of_the_heartbeat() -> None:
+    coordinator = _coordinator()
+    a = Client(coordinator, "a")
+    a.beat(0)
+    assert a.beat(1, epoch=5).error_code == FENCED_MEMBER_EPOCH
+    assert Client(coordinator, "zz", epoch=3).beat(2).error_code == UNKNOWN_MEMBER_ID
+    assert Client(coordinator, "a", group_id="nope", epoch=3).beat(3).error_code == GROUP_ID_NOT_FOUND
+    assert Client(coordinator, "q", assignor="sticky").beat(4).error_code == UNSUPPORTED_ASSIGNOR
+    # v1 requires a client-generated member id; epoch < -2 is invalid
+    assert Client(coordinator, "").beat(5).error_code == INVALID_REQUEST
+    assert Client(coordinator, "a").beat(6, epoch=-3).error_code == INVALID_REQUEST
+    # leaving with -1 removes the member and bumps the group epoch
+    before = coordinator.groups["g"].group_epoch
+    assert a.beat(7, epoch=-1).member_epoch == -1
+    assert "a" not in coordinator.groups["g"].members and coordinator.groups["g"].group_epoch == before + 1
+
+
+def test_previous_epoch_with_a_subset_is_accepted() -> None:
+    """throwIfConsumerGroupMemberEpochIsInvalid: the answer with the bumped epoch may have been lost."""
+    coordinator = _coordinator()
+    a = Client(coordinator, "a")
+    a.beat(0)
+    b = Client(coordinator, "b")
+    b.beat(1)
+    a.beat(2)
+    a.beat(3)  # epoch 2 now, previous 1, owns a subset of its partitions
+    assert a.epoch == 2
+    assert a.beat(4, epoch=1).error_code == 0
+    assert a.beat(5, epoch=0).error_code == 0  # epoch 0 always passes the check
+
+
+def test_static_member_temporary_leave_keeps_its_partitions() -> None:
+    coordinator = _coordinator()
+    a = Client(coordinator, "a1", instance_id="pod-a")
+    b = Client(coordinator, "b1", instance_id="pod-b")
+    a.beat(0)
+    b.beat(1)
+    for now in range(2, 8):
+        a.beat(now)
+        b.beat(now)
+    held = a.partitions()
+    group = coordinator.groups["g"]
+    epoch = group.group_epoch
+    assert b.beat(10, epoch=-2).member_epoch == -2
+    # Another process with the same instance id while a is active: refused.
+    assert Client(coordinator, "a2", instance_id="pod-a").beat(11).error_code == UNRELEASED_INSTANCE_ID
+    # b comes back under a new member id: same partitions, no group epoch bump.
+    b2 = Client(coordinator, "b2", instance_id="pod-b")
+    answer = b2.beat(12)
+    assert answer.error_code == 0 and group.group_epoch == epoch
+    assert sorted(b2.partitions() + held) == [0, 1, 2, 3] and "b1" not in group.members
+    # The old member id is fenced by the new one.
+    assert Client(coordinator, "b1", instance_id="pod-b", epoch=3).beat(13).error_code == FENCED_INSTANCE_ID
+
+
+def test_session_timeout_fences_and_rebalance_timeout_fences() -> None:
+    coordinator = _coordinator()
+    a = Client(coordinator, "a")
+    a.beat(0)
+    b = Client(coordinator, "b")
+    b.beat(1)
+    a.beat(2)  # a is asked to revoke and never comes back
+    assert coordinator.groups["g"].members["a"].state is MemberState.UNREVOKED_PARTITIONS
+    assert coordinator.next_deadline() == 2 + 30_000  # the rebalance timeout comes before the session's
+    coordinator.advance(30_002)
+    assert "a" not in coordinator.groups["g"].members
+    assert [e.kind for e in coordinator.events if e.member_id == "a"][-1] == "member_fenced"
+    b.beat(30_003)
+    assert b.partitions() == [0, 1, 2, 3]
+    coordinator.advance(30_003 + 45_000)
+    assert not coordinator.groups["g"].members
+    assert coordinator.events[-1].kind == "member_expired"
+
+
+def test_assignment_interval_batches_target_assignments() -> None:
+    """Kafka 4.3: a new target at most once per group.consumer.assignment.interval.ms (1 s)."""
+    coordinator = _coordinator(interval_ms=1000)
+    a = Client(coordinator, "a")
+    a.beat(0)
+    b = Client(coordinator, "b")
+    b.beat(100)  # within the interval: b joins at the old assignment epoch with nothing
+    group = coordinator.groups["g"]
+    assert (group.group_epoch, group.assignment_epoch, b.epoch, b.partitions()) == (2, 1, 1, [])
+    a.beat(1000)  # the interval has passed: the new target is computed
+    assert group.assignment_epoch == 2
+
+
+def test_range_assignor_sorts_static_members_first() -> None:
+    topic = uuid.UUID(int=1)
+    members = [
+        MemberSpec("m-b", None, frozenset({topic}), {}),
+        MemberSpec("m-a", "z", frozenset({topic}), {}),
+        MemberSpec("m-c", None, frozenset({topic}), {}),
+    ]
+    result = assign("range", members, {topic: 7})
+    assert result["m-a"][topic] == frozenset({0, 1, 2})  # static first, one extra
+    assert result["m-b"][topic] == frozenset({3, 4})
+    assert result["m-c"][topic] == frozenset({5, 6})
+
+
+def test_uniform_keeps_what_it_can() -> None:
+    topic = uuid.UUID(int=1)
+    members = [
+        MemberSpec("a", None, frozenset({topic}), {topic: frozenset(range(6))}),
+        MemberSpec("b", None, frozenset({topic}), {}),
+        MemberSpec("c", None, frozenset({topic}), {}),
+    ]
+    result = assign("uniform", members, {topic: 6})
+    assert result["a"][topic] == frozenset({0, 1})
+    assert sorted(result["b"][topic] | result["c"][topic]) == [2, 3, 4, 5]
+
+
+def test_java_hashes() -> None:
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("polygenelubricants") == -2147483648
+    assert java_uuid_hash(uuid.UUID(int=(1 << 64) | 2)) == 3
+    # java.util.HashMap order (a JVM's `new HashMap<>()`, put in this order, then keySet(); 22 keys
+    # make it resize to 32 buckets).
+    keys = [
+        "b",
+        "a",
+        "c",
+        "5f8133b3-fce4-5a6a",
+        "x-member-1",
+        "QwErTy-00",
+        "ZZtop",
+        "7d9c1d2e-aaaa-4bbb-8ccc-111111111111",
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "m1",
+        "m2",
+        "m3",
+        "m4",
+        "m5",
+        "m6",
+        "m7",
+        "m8",
+        "m9",
+        "m10",
+        "m11",
+        "m12",
+        "m13",
+    ]
+    assert ",".join(java_hash_order(keys)) == (
+        "a,b,c,m1,m2,m3,m4,m5,m6,m7,ZZtop,m8,m9,m11,5f8133b3-fce4-5a6a,x-member-1,m10,m13,m12,"
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,QwErTy-00,7d9c1d2e-aaaa-4bbb-8ccc-111111111111"
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["beat", "join", "leave", "static_leave", "wait"]), st.integers(0, 4)),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sampled_from(["uniform", "range"]),
+    st.integers(1, 9),
+)
+def test_invariants_under_any_sequence(ops: list[tuple[str, int]], assignor: str, partitions: int) -> None:
+    """No partition is owned by two members; a member's epoch never goes down while it stays; once
+    every member has heartbeated to a fixed point, the group is Stable and owns every partition."""
+    coordinator = _coordinator(partitions, interval_ms=0)
+    clients: dict[int, Client] = {}
+    now = 0
+    epochs: dict[str, int] = {}
+    for op, who in ops:
+        now += 100
+        client = clients.get(who)
+        match op:
+            case "join" if client is None:
+                client = clients[who] = Client(
+                    coordinator,
+                    f"m{who}-{now}",
+                    instance_id=f"pod-{who}" if who % 2 else None,
+                    assignor=assignor,
+                )
+                client.beat(now)
+            case "beat" if client is not None:
+                client.beat(now)
+            case "leave" if client is not None:
+                client.beat(now, epoch=-1)
+                del clients[who]
+            case "static_leave" if client is not None and client.instance_id is not None:
+                client.beat(now, epoch=-2)
+                del clients[who]
+            case "wait":
+                now += 50_000
+                coordinator.advance(now)
+                for key, c in list(clients.items()):
+                    if (
+                        coordinator.groups.get("g") is None
+                        or c.member_id not in coordinator.groups["g"].members
+                    ):
+                        del clients[key]
+        group = coordinator.groups.get("g")
+        if group is None:
+            continue
+        owners: dict[tuple[uuid.UUID, int], str] = {}
+        for member in group.members.values():
+            for key in member.owned():
+                assert key not in owners, f"{key} owned by {owners[key]} and {member.member_id}"
+                owners[key] = member.member_id
+            if member.member_epoch >= 0:
+                assert member.member_epoch >= epochs.get(member.member_id, 0)
+                epochs[member.member_id] = member.member_epoch
+    group = coordinator.groups.get("g")
+    if group is None or not clients:
+        return
+    # Settle: everyone heartbeats until nothing changes, then the group is Stable and complete.
+    for _ in range(12):
+        now += 100
+        for client in list(clients.values()):
+            client.beat(now)
+    active = [m for m in group.members.values() if m.member_epoch >= 0]
+    if len(active) == len(group.members):
+        assert group.state.value == "Stable"
+        owned = sorted(p for m in active for parts in m.assigned.values() for p in parts)
+        assert owned == list(range(partitions))
