@@ -13,7 +13,10 @@ Loads:
       the haproxy row runs against a second broker started after the first is stopped.
 
 Relays: haproxy in TCP mode with one thread (the proxy is one asyncio thread; `--haproxy-threads`
-changes it), `group-replay proxy`, and `group-replay proxy --record`.
+changes it), `group-replay proxy`, `group-replay proxy --record` (the default `--record-scope
+group`: Produce/Fetch relayed, not recorded) and `--record --record-scope all` (every frame). The
+capture column is the file each recording run left (for the broker loads: producer and consumer
+runs together, on the producer row).
 
     python bench/proxy_overhead.py [--seconds 5] [--skip-broker] [--profile proxy.prof]
 """
@@ -77,6 +80,7 @@ class Result:
     p50_ms: float | None
     p99_ms: float | None
     note: str = ""
+    capture_bytes: int | None = None
 
 
 def free_port() -> int:
@@ -168,12 +172,23 @@ def relay(kind: str, upstream_port: int, args: argparse.Namespace, workdir: Path
         cmd += ["-m", "cProfile", "-o", args.profile]
     cmd += ["-m", "group_replay", "proxy", "--upstream", f"127.0.0.1:{upstream_port}",
             "--listen", f"127.0.0.1:{port}", "--log-level", "ERROR"]  # fmt: skip
-    if kind.endswith("proxy+record"):
+    if "+record" in kind:
         cmd += ["--record", str(workdir / "capture.pcapng")]
+        if kind.endswith(" all"):
+            cmd += ["--record-scope", "all"]
     # "main proxy": the same command from another checkout (--baseline), measured in the same run.
     with process(cmd, port, cwd=Path(args.baseline) if kind.startswith("main ") else ROOT):
         yield port
-    (workdir / "capture.pcapng").unlink(missing_ok=True)
+
+
+def take_capture_size(workdir: Path) -> int | None:
+    """The size of the capture the last relay left (None: it recorded nothing), then remove it."""
+    path = workdir / "capture.pcapng"
+    if not path.exists():
+        return None
+    size = path.stat().st_size
+    path.unlink()
+    return size
 
 
 # (name, connections, window, frame bytes)
@@ -197,6 +212,7 @@ def synthetic(args: argparse.Namespace, relays: list[str], workdir: Path) -> lis
                          str(args.seconds)],
                         capture_output=True, text=True, check=True,
                     ).stdout  # fmt: skip
+                captured = take_capture_size(workdir)
                 data = json.loads(out.strip().splitlines()[-1])
                 seconds = float(data["seconds"])
                 results.append(
@@ -207,6 +223,7 @@ def synthetic(args: argparse.Namespace, relays: list[str], workdir: Path) -> lis
                         data["bytes"] / seconds / 1e6,
                         data["p50_us"] / 1000,
                         data["p99_us"] / 1000,
+                        capture_bytes=captured,
                     )
                 )
                 print(f"  {name} / {kind}: {results[-1].ops_per_s:,.0f} req/s", file=sys.stderr)
@@ -234,7 +251,7 @@ def broker_loads(args: argparse.Namespace, relays: list[str], workdir: Path) -> 
     records = args.records
 
     def run(kind: str, bootstrap: str) -> None:
-        topic = f"bench-{kind.replace('+', '-')}-{int(time.time() * 1000)}"
+        topic = f"bench-{kind.replace('+', '-').replace(' ', '-')}-{int(time.time() * 1000)}"
         create_topic(bootstrap, topic, 1)
         out = kafka_tool(
             libs, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
@@ -273,6 +290,10 @@ def broker_loads(args: argparse.Namespace, relays: list[str], workdir: Path) -> 
         for kind in [r for r in relays if r != "haproxy"]:
             with relay(kind, port, args, workdir) as relay_port:
                 run(kind, f"127.0.0.1:{relay_port}")
+            captured = take_capture_size(workdir)
+            if captured is not None:
+                producer = results[-2]
+                results[-2] = Result(**{**producer.__dict__, "capture_bytes": captured})
     finally:
         broker.stop()
     # Broker 2: advertises haproxy's port, so clients stay on haproxy after bootstrapping.
@@ -302,7 +323,8 @@ def table(results: list[Result]) -> object:
     from rich.table import Table
 
     out = Table(title="proxy overhead (one run; ratios against the same load in the same run)")
-    for column in ("load", "relay", "ops/s", "MB/s", "p50 ms", "p99 ms", "x direct", "x haproxy"):
+    columns = ("load", "relay", "ops/s", "MB/s", "p50 ms", "p99 ms", "x direct", "x haproxy", "capture MB")
+    for column in columns:
         out.add_column(column, justify="left" if column in ("load", "relay") else "right")
     base = {(r.load, r.relay): r for r in results}
     previous = None
@@ -331,6 +353,7 @@ def table(results: list[Result]) -> object:
             "-" if r.p99_ms is None else f"{r.p99_ms:.2f}",
             ratio(direct),
             ratio(haproxy),
+            "-" if r.capture_bytes is None else f"{r.capture_bytes / 1e6:,.1f}",
         )
     return out
 
@@ -352,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="FILE", help="cProfile the recording proxy into FILE")
     args = parser.parse_args(argv)
     args.haproxy = shutil.which("haproxy")
-    relays = ["direct", "haproxy", "proxy", "proxy+record"]
+    relays = ["direct", "haproxy", "proxy", "proxy+record", "proxy+record all"]
     if args.baseline:
         relays[2:2] = ["main proxy", "main proxy+record"]
     if args.haproxy is None:

@@ -11,6 +11,7 @@ import signal
 import sys
 from typing import Any
 
+from proxy.capture.header import RecordScope
 from proxy.server import ProxyConfig, ProxyServer, parse_hostport
 from proxy.session import DEFAULT_MAX_BUFFERED_BYTES
 from proxy.upstream import describe_upstream
@@ -32,7 +33,14 @@ def _parser() -> argparse.ArgumentParser:
         help="bootstrap listener (default %(default)s)",
     )
     parser.add_argument("--advertise-host", default=None, help="host named in rewritten broker addresses")
-    parser.add_argument("--record", metavar="FILE", help="write a pcapng capture of all traffic")
+    parser.add_argument("--record", metavar="FILE", help="write a pcapng capture (see --record-scope)")
+    parser.add_argument(
+        "--record-scope",
+        choices=[str(scope) for scope in RecordScope],
+        default=str(RecordScope.GROUP),
+        help="group (default): record the group APIs, ApiVersions, Metadata, FindCoordinator, "
+        "DescribeCluster and SASL (redacted), not Produce/Fetch/...; all: every frame",
+    )
     parser.add_argument("--policy", metavar="FILE", help="rewrite policy YAML (proxy.rewrite)")
     parser.add_argument(
         "--max-frame-bytes",
@@ -62,7 +70,7 @@ def _load_policy(path: str) -> Any:
     return load(path)
 
 
-async def _run(config: ProxyConfig, record: str | None) -> None:
+async def _run(config: ProxyConfig, record: str | None, record_scope: RecordScope) -> None:
     recorder = None
     upstream = "{}:{}".format(*config.upstream)
     # Once at start: is the upstream there, and (for the capture) what are its group settings?
@@ -77,7 +85,11 @@ async def _run(config: ProxyConfig, record: str | None) -> None:
         from proxy.capture.writer import CaptureWriter
 
         recorder = CaptureWriter(
-            record, upstream=upstream, policy=config.policy.name, group_settings=settings
+            record,
+            upstream=upstream,
+            policy=config.policy.name,
+            group_settings=settings,
+            record_scope=record_scope,
         )
     server = ProxyServer(config, recorder)
     if settings.broker_version is None:  # nothing answered: per-client failures now report with backoff
@@ -107,7 +119,7 @@ def _print_summary(server: ProxyServer, recorder: Any | None) -> None:
     )
     if recorder is not None:
         size = recorder.path.stat().st_size if recorder.path.exists() else 0
-        line += f"; capture {recorder.path} ({size} bytes)"
+        line += f"; capture {recorder.path} ({size} bytes, record scope {recorder.record_scope})"
         if recorder.error is not None:
             line += f"; capture writer error: {recorder.error}"
     print(line, flush=True)
@@ -142,7 +154,7 @@ def main(argv: list[str]) -> int:
             print(f"group-replay proxy: {exc}", file=sys.stderr)
             return 2
     try:
-        asyncio.run(_run(config, args.record))
+        asyncio.run(_run(config, args.record, RecordScope(args.record_scope)))
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down
         return 130
     except OSError as exc:

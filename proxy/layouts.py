@@ -59,7 +59,7 @@ P_GROUP_ID: Final = 5
 
 # The capture writer's batches: Records as tuples, and connection events tagged by a string
 # in the first position (a Record starts with its int conn): (OPEN, conn, ts_ns, client,
-# upstream) and (CLOSE, conn, ts_ns, reason).
+# upstream) and (CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes).
 OPEN: Final = "open"
 CLOSE: Final = "close"
 

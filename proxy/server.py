@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.addressing import AddressRewriter
+from proxy.capture.header import RecordScope
 from proxy.session import (
     DEFAULT_MAX_BUFFERED_BYTES,
     BufferBudget,
@@ -137,6 +138,9 @@ class ProxyServer:
         self.stats = ProxyStats()
         self.budget = BufferBudget(config.max_buffered_bytes)
         self.health: dict[tuple[str, int], UpstreamHealth] = {}
+        # What the recorder's header says it holds is what the sessions record (issue 12).
+        scope = getattr(recorder, "record_scope", RecordScope.ALL)
+        self.record_api_keys: frozenset[int] | None = RecordScope(scope).api_keys
 
     def upstream_failed(self, upstream: tuple[str, int], error: str) -> None:
         line = self.health.setdefault(upstream, UpstreamHealth()).failed(
@@ -238,6 +242,7 @@ class _ClientSide(asyncio.Protocol):
         self.session = ProxySession(
             self.conn,
             record=recorder is not None,
+            record_api_keys=server.record_api_keys,
             policy=server.config.policy,
             addresses=server.addresses,
             max_frame_bytes=server.config.max_frame_bytes,

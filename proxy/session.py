@@ -139,6 +139,8 @@ class Closed:
     conn: int
     ts_ns: int
     reason: str
+    client_bytes: int = 0  # what each side sent over the whole connection
+    upstream_bytes: int = 0
 
 
 Command = SendUpstream | SendClient | Record | Close | Opened | Closed
@@ -402,8 +404,11 @@ class _Direction:
 class ProxySession:
     """Relays one client connection to its upstream broker.
 
-    `record`: emit a `Record` for every frame (the capture needs them all). `addresses`: rewrite
-    broker endpoints so that clients come back through the proxy. `policy`: the rewrite hook.
+    `record`: emit a `Record` for the frames of the APIs in `record_api_keys` (None: every frame;
+    `proxy.capture.header.RecordScope` names the sets). Frames of other APIs stay on the fast path
+    as if nothing were recorded; the session counts every byte each side sent (`client_bytes`,
+    `upstream_bytes`, in the capture's close comment). `addresses`: rewrite broker endpoints so
+    that clients come back through the proxy. `policy`: the rewrite hook.
     """
 
     def __init__(
@@ -411,6 +416,7 @@ class ProxySession:
         conn: int,
         *,
         record: bool = False,
+        record_api_keys: frozenset[int] | None = None,
         policy: RewritePolicy | None = None,
         addresses: AddressRewriter | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -418,6 +424,10 @@ class ProxySession:
     ) -> None:
         self.conn = conn
         self.record = record
+        self._record_all = record and record_api_keys is None
+        self._record_keys: frozenset[int] = (record_api_keys or frozenset()) if record else frozenset()
+        self.client_bytes = 0  # everything the client sent, recorded or not
+        self.upstream_bytes = 0
         self.policy: RewritePolicy = policy if policy is not None else PassThrough()
         self._passthrough = type(self.policy) is PassThrough  # skip the hook calls entirely
         self.addresses = addresses
@@ -443,8 +453,8 @@ class ProxySession:
         if self._passthrough:
             # No policy: runs of opaque frames skip the per-frame calls (and, when recording, the
             # generic keep-and-finish path: each frame is sliced once into its Record).
-            self._requests.scan = self._scan_recorded_requests if record else self._scan_requests
-            self._responses.scan = self._scan_recorded_responses if record else self._scan_responses
+            self._requests.scan = self._scan_recorded_requests if self._record_all else self._scan_requests
+            self._responses.scan = self._scan_recorded_responses if self._record_all else self._scan_responses
         self._requests.budget = self._responses.budget = budget
         self._scans = (self._requests.scan, self._responses.scan)
         # SASL before KIP-152: after a successful SaslHandshake v0 the client sends raw tokens
@@ -455,15 +465,20 @@ class ProxySession:
         self._sasl_mechanism: str | None = None
         self._max_frame_bytes = max_frame_bytes
         self._address_keys = ADDRESS_API_KEYS if addresses is not None else frozenset()
+        # The unrecording scans stop at a recorded API's frame (the general path records it).
+        self._opaque_request_keys = OPAQUE_REQUEST_KEYS - self._record_keys
+        self._held_response_keys = self._address_keys | self._record_keys
 
     # -- input ---------------------------------------------------------------------------------
 
     def client_data(self, data: bytes, now_ns: int) -> list[Command]:
         """Bytes the client sent -> commands (SendUpstream first, then Records, or a Close)."""
+        self.client_bytes += len(data)
         return self._feed(self._requests, data, now_ns, SendUpstream, "client")
 
     def upstream_data(self, data: bytes, now_ns: int) -> list[Command]:
         """Bytes the broker sent -> commands (SendClient first, then Records, or a Close)."""
+        self.upstream_bytes += len(data)
         return self._feed(self._responses, data, now_ns, SendClient, "upstream")
 
     def _feed(
@@ -508,7 +523,9 @@ class ProxySession:
             return []
         self._ended = True
         self.closed = self.closed or reason
-        return [Closed(self.conn, now_ns, reason)] if self.record else []
+        if not self.record:
+            return []
+        return [Closed(self.conn, now_ns, reason, self.client_bytes, self.upstream_bytes)]
 
     def release(self) -> None:
         """Give the partial frames' bytes back (the shell calls it when the connection ends)."""
@@ -525,7 +542,7 @@ class ProxySession:
         """Pairs each whole opaque request from `pos` on; stops at anything else (the general path
         then handles it: a partial frame, a group API, a bad size or api_key)."""
         unpack = _REQUEST_HEAD.unpack_from
-        opaque = OPAQUE_REQUEST_KEYS
+        opaque = self._opaque_request_keys
         pending = self.table.pending
         append = pending.append
         client_id = self.client_id
@@ -550,7 +567,7 @@ class ProxySession:
         pending = self.table.pending
         unpack = _RESPONSE_HEAD.unpack_from
         popleft = pending.popleft
-        address_keys = self._address_keys
+        held_keys = self._held_response_keys
         maximum = self._max_frame_bytes
         before = len(pending)
         while n - pos >= 8 and pending:
@@ -559,7 +576,7 @@ class ProxySession:
             if end > n or size < 4 or size > maximum:
                 break
             head = pending[0]
-            if head[P_CORRELATION_ID] != correlation_id or head[P_API_KEY] in address_keys:
+            if head[P_CORRELATION_ID] != correlation_id or head[P_API_KEY] in held_keys:
                 break
             popleft()
             pos = end
@@ -667,7 +684,7 @@ class ProxySession:
                 f"{api_name(api_key)} v{api_version} is not a version group-replay can decode"
             )
         hold = self._passthrough is False and self.policy.wants_request(api_key, api_version)
-        if self.record or decoded or hold:
+        if (self.record and (self._record_all or api_key in self._record_keys)) or decoded or hold:
             self._request_prefix = (api_key, api_version, correlation_id)
             return True, hold
         # Opaque: the prefix is all the proxy reads; the request is paired here and now.
@@ -719,7 +736,7 @@ class ProxySession:
                 api_key, api_version, correlation_id, self.client_id, upstream_version, group_id, self._now_ns
             )
         )
-        if self.record:
+        if self.record and (self._record_all or api_key in self._record_keys):
             self._events.append(
                 Record(
                     conn=self.conn,
@@ -791,7 +808,8 @@ class ProxySession:
         self._response_policy = self._passthrough is False and self.policy.wants_response(request)
         hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)
         sasl_v0 = request.api_key == ApiKey.SASL_HANDSHAKE and request.api_version == 0
-        return self.record or hold or sasl_v0, hold
+        recorded = self.record and (self._record_all or request.api_key in self._record_keys)
+        return recorded or hold or sasl_v0, hold
 
     def _finish_response(self, payload: bytes) -> bytes | None:
         request = self._response_for
@@ -807,7 +825,7 @@ class ProxySession:
                 client_payload = rewritten
         if client_payload is not payload:
             self.rewrites += 1
-        if self.record:
+        if self.record and (self._record_all or request.api_key in self._record_keys):
             self._events.append(
                 Record(
                     conn=self.conn,

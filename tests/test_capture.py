@@ -13,6 +13,7 @@ import pytest
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
+from proxy.capture import CAPTURE_FORMAT_VERSION
 from proxy.capture.pcapng import parse
 from proxy.capture.reader import exchanges, read_capture
 from proxy.capture.writer import CaptureWriter
@@ -49,7 +50,10 @@ def test_round_trip(tmp_path: Path) -> None:
     _write(path)
     capture = read_capture(path)
     assert capture.damage is None
-    assert capture.header["upstream"] == "broker:9092" and capture.header["format_version"] == 2
+    assert (
+        capture.header["upstream"] == "broker:9092"
+        and capture.header["format_version"] == CAPTURE_FORMAT_VERSION
+    )
     assert capture.group_settings is None  # the writer was not given any
     client = [f for f in capture.frames if f.leg == "client"]
     upstream = [f for f in capture.frames if f.leg == "upstream"]

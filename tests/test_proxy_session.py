@@ -402,3 +402,55 @@ def test_hot_path_tuple_layouts_match_their_named_tuples() -> None:
             assert Record._fields[getattr(layouts, name)] == field, name
         elif name.startswith("P_"):
             assert PendingRequest._fields[getattr(layouts, name)] == name[2:].lower(), name
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    frames=st.lists(
+        st.tuples(st.sampled_from(["hb", "produce", "metadata"]), st.binary(max_size=200)),
+        min_size=1,
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
+)
+def test_group_scope_records_group_frames_and_their_lookups_only(
+    frames: list[tuple[str, bytes]], cuts: list[int]
+) -> None:
+    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact but never becomes a
+    Record; heartbeats and Metadata do (both paths alike), and every byte is counted."""
+    from proxy.capture.header import RecordScope
+
+    def wire(i: int, kind: str, body: bytes) -> bytes:
+        match kind:
+            case "hb":
+                return _heartbeat(i)
+            case "produce":
+                return _opaque(i, body)
+        return _opaque_as(i, "c1", body)
+
+    requests = b"".join(wire(i, kind, body) for i, (kind, body) in enumerate(frames))
+    responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
+    request_chunks = _chunks(requests, cuts)
+    response_chunks = _chunks(responses, [c * 7 for c in cuts])
+    keys = RecordScope.GROUP.api_keys
+    fast = ProxySession(1, record=True, record_api_keys=keys)
+    slow = ProxySession(1, record=True, record_api_keys=keys)
+    slow._requests.scan = slow._responses.scan = None
+    fast_out = _exchange(fast, request_chunks, response_chunks)
+    slow_out = _exchange(slow, request_chunks, response_chunks)
+    assert not any(isinstance(c, Close) for c in fast_out)
+    assert b"".join(c.data for c in fast_out if isinstance(c, SendUpstream)) == requests
+    assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
+    records = [c for c in fast_out if isinstance(c, Record)]
+    assert records == [c for c in slow_out if isinstance(c, Record)]
+    expected = [(i, "request") for i, (kind, _) in enumerate(frames) if kind != "produce"]
+    assert sorted((r.correlation_id, r.direction) for r in records if r.direction == "request") == expected
+    assert sum(r.direction == "response" for r in records) == len(expected)
+    assert {r.api_key for r in records} <= {12, 3}
+    assert fast.pending_requests == 0
+    assert (fast.client_bytes, fast.upstream_bytes) == (len(requests), len(responses))
+    [closed] = fast.connection_closed(5, "done")
+    assert isinstance(closed, Closed) and (closed.client_bytes, closed.upstream_bytes) == (
+        len(requests),
+        len(responses),
+    )

@@ -183,7 +183,10 @@ def show(
             print(f"group-replay capture: damaged capture read up to: {capture.damage}", file=sys.stderr)
     else:
         header = capture.header
-        title = f"{path}: upstream {header.get('upstream')}, policy {header.get('policy')}, {leg} leg"
+        title = (
+            f"{path}: upstream {header.get('upstream')}, policy {header.get('policy')}, "
+            f"record scope {capture.record_scope}, {leg} leg"
+        )
         title += _settings_line(capture)
         rows.sort(key=lambda row: (row["conn"], row["ts_ns"]))  # grouped per connection
         _table(capture, rows, title, console)

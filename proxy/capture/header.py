@@ -4,8 +4,10 @@ The writer encodes it (`encode_section_header`) and the reader decodes it
 (`decode_section_header`); nothing else spells its keys. Format version 1 has `format`,
 `format_version`, `tool_version`, `upstream` and `policy`; version 2 adds
 `upstream_group_config` (AGREED #2): the recorded broker's group settings, asked for when the
-recording started (`proxy.upstream.describe_upstream`). Decoding validates every field it uses:
-a wrong type is reported in `SectionHeader.damage`, never raised.
+recording started (`proxy.upstream.describe_upstream`); version 3 adds `record_scope` (issue 12):
+which frames the capture holds (`RecordScope`; a header without it recorded everything).
+Decoding validates every field it uses: a wrong type is reported in `SectionHeader.damage`,
+never raised.
 """
 
 from __future__ import annotations
@@ -13,11 +15,52 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any, Final
 
+from kio.schema.index import api_key_map
+
+from proxy.wire import GROUP_API_KEYS, ApiKey
+
 CAPTURE_FORMAT: Final = "group-replay-capture"
-CAPTURE_FORMAT_VERSION: Final = 2  # 2: upstream_group_config
+CAPTURE_FORMAT_VERSION: Final = 3  # 2: upstream_group_config; 3: record_scope
 GROUP_CONFIG_KEY: Final = "upstream_group_config"
+RECORD_SCOPE_KEY: Final = "record_scope"
+
+
+class RecordScope(StrEnum):
+    """Which frames a capture holds (`--record-scope`).
+
+    GROUP (the default): every group API (classic, KIP-848 and the share/streams group APIs),
+    and the frames a reader needs around them: ApiVersions (the client's software), Metadata,
+    FindCoordinator and DescribeCluster (where the coordinator is), SaslHandshake and
+    SaslAuthenticate (bodies redacted). Produce, Fetch and every other API are relayed but not
+    recorded: they are most of a cluster's bytes and nothing group-replay reads (issue 12: 703 MB
+    of capture for a few MB of group traffic). The close comment keeps each connection's byte
+    counts. ALL: every frame, as before.
+    """
+
+    GROUP = "group"
+    ALL = "all"
+
+    @property
+    def api_keys(self) -> frozenset[int] | None:
+        """The API keys recorded, or None for every one."""
+        return GROUP_SCOPE_API_KEYS if self is RecordScope.GROUP else None
+
+
+GROUP_SCOPE_API_KEYS: Final[frozenset[int]] = (
+    GROUP_API_KEYS
+    | {api_key for api_key, name in api_key_map.items() if "group" in name}
+    | {
+        ApiKey.API_VERSIONS,
+        ApiKey.METADATA,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
+    }
+)
 
 # Broker configs asked for with DescribeConfigs (Kafka's GroupCoordinatorConfig names).
 GROUP_CONFIG_NAMES: Final = (
@@ -138,6 +181,7 @@ class SectionHeader:
     policy: str | None
     group_settings: GroupSettings | None
     damage: str | None = None  # fields present but unusable, described
+    record_scope: RecordScope = RecordScope.ALL  # before format 3 every frame was recorded
 
     def as_dict(self) -> dict[str, Any]:
         """The header as a plain mapping (what `capture show` prints)."""
@@ -147,6 +191,7 @@ class SectionHeader:
             "tool_version": self.tool_version,
             "upstream": self.upstream,
             "policy": self.policy,
+            RECORD_SCOPE_KEY: str(self.record_scope),
         }
         if self.group_settings is not None:
             result[GROUP_CONFIG_KEY] = self.group_settings.to_json()
@@ -154,7 +199,12 @@ class SectionHeader:
 
 
 def encode_section_header(
-    *, tool_version: str, upstream: str, policy: str, group_settings: GroupSettings | None
+    *,
+    tool_version: str,
+    upstream: str,
+    policy: str,
+    group_settings: GroupSettings | None,
+    record_scope: RecordScope = RecordScope.ALL,
 ) -> str:
     header: dict[str, Any] = {
         "format": CAPTURE_FORMAT,
@@ -162,6 +212,7 @@ def encode_section_header(
         "tool_version": tool_version,
         "upstream": upstream,
         "policy": policy,
+        RECORD_SCOPE_KEY: str(record_scope),
     }
     if group_settings is not None:
         header[GROUP_CONFIG_KEY] = group_settings.to_json()
@@ -189,6 +240,15 @@ def decode_section_header(comment: str) -> SectionHeader | None:
     if not isinstance(version, int) or isinstance(version, bool):
         problems.append(f"format_version is {version!r}")
         version = 1
+    scope = RecordScope.ALL
+    raw_scope = raw.get(RECORD_SCOPE_KEY)
+    if raw_scope is not None:
+        try:
+            scope = RecordScope(raw_scope)
+        except ValueError:
+            problems.append(
+                f"{RECORD_SCOPE_KEY} is {raw_scope!r}, not one of {[str(s) for s in RecordScope]}"
+            )
     return SectionHeader(
         format_version=version,
         tool_version=text("tool_version"),
@@ -196,6 +256,7 @@ def decode_section_header(comment: str) -> SectionHeader | None:
         policy=text("policy"),
         group_settings=_group_settings(raw.get(GROUP_CONFIG_KEY), problems),
         damage="; ".join(problems) or None,
+        record_scope=scope,
     )
 
 
@@ -204,8 +265,11 @@ __all__ = [
     "CAPTURE_FORMAT_VERSION",
     "GROUP_CONFIG_KEY",
     "GROUP_CONFIG_NAMES",
+    "GROUP_SCOPE_API_KEYS",
+    "RECORD_SCOPE_KEY",
     "CommentError",
     "GroupSettings",
+    "RecordScope",
     "SectionHeader",
     "decode_packet_comment",
     "decode_section_header",
@@ -226,8 +290,19 @@ def open_comment(conn: int, client: str | None, upstream: str | None) -> bytes:
     ).encode()
 
 
-def close_comment(conn: int, reason: str | None) -> bytes:
-    return json.dumps({"conn": conn, "event": "close", "reason": reason}, separators=(",", ":")).encode()
+def close_comment(conn: int, reason: str | None, client_bytes: int = 0, upstream_bytes: int = 0) -> bytes:
+    """`client_bytes`/`upstream_bytes`: what the client and the broker sent on this connection, all
+    of it (with `--record-scope group` most of it is not in the capture)."""
+    return json.dumps(
+        {
+            "conn": conn,
+            "event": "close",
+            "reason": reason,
+            "client_bytes": client_bytes,
+            "upstream_bytes": upstream_bytes,
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def frame_comment_head(
@@ -285,6 +360,8 @@ EVENT_COMMENT_FIELDS: Final[dict[str, tuple[type, ...]]] = {
     "client": (str, type(None)),
     "upstream": (str, type(None)),
     "reason": (str, type(None)),
+    "client_bytes": (int,),
+    "upstream_bytes": (int,),
 }
 DIRECTIONS: Final = ("request", "response")
 

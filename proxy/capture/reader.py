@@ -15,6 +15,7 @@ from typing import Any
 from proxy.capture.header import (
     CommentError,
     GroupSettings,
+    RecordScope,
     SectionHeader,
     decode_packet_comment,
     decode_section_header,
@@ -65,6 +66,8 @@ class Connection:
     opened_ns: int | None
     closed_ns: int | None = None
     close_reason: str | None = None
+    client_bytes: int | None = None  # every byte each side sent, recorded or not (format 3)
+    upstream_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,8 @@ class Capture:
     damage: str | None  # None when the file ended cleanly
     connections: dict[int, Connection] = field(default_factory=dict)
     group_settings: GroupSettings | None = None  # the recorded broker's (AGREED #2); None if not asked
+    # Which frames were recorded (issue 12): GROUP holds the group APIs and their lookups only.
+    record_scope: RecordScope = RecordScope.ALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +178,8 @@ def read_capture(path: str | Path) -> Capture:
                     previous.opened_ns,
                     packet.ts_ns,
                     meta.get("reason"),
+                    meta.get("client_bytes"),
+                    meta.get("upstream_bytes"),
                 )
             continue
         leg = names[packet.interface] if packet.interface < len(names) else str(packet.interface)
@@ -209,6 +216,7 @@ def read_capture(path: str | Path) -> Capture:
         damage=damage,
         connections=connections,
         group_settings=section_header.group_settings,
+        record_scope=section_header.record_scope,
     )
 
 

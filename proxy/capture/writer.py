@@ -55,6 +55,7 @@ from proxy import layouts
 from proxy.capture import KAFKA_PORT
 from proxy.capture.header import (
     GroupSettings,
+    RecordScope,
     close_comment,
     encode_section_header,
     frame_comment,
@@ -429,8 +430,8 @@ class _Synthesizer:
                     out.append(blocks.packet_block(syn, leg, ts_ns, comment))
                     out.append(blocks.packet_block(synack, leg, ts_ns, None))
                     out.append(blocks.packet_block(ack, leg, ts_ns, None))
-            case (layouts.CLOSE, conn, ts_ns, reason):
-                comment = close_comment(conn, reason)
+            case (layouts.CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes):
+                comment = close_comment(conn, reason, client_bytes, upstream_bytes)
                 for leg in (0, 1):
                     closing = self._streams.pop((conn, leg), None)
                     if closing is None:
@@ -572,11 +573,18 @@ class CaptureWriter:
         upstream: str,
         policy: str = "pass-through",
         group_settings: GroupSettings | None = None,
+        record_scope: RecordScope = RecordScope.ALL,
     ) -> None:
         # Absolute: the writer process runs in the package's directory, not the caller's.
         self.path = Path(path).absolute()
+        # The header states the scope; `proxy.server` records what this says (one source).
+        self.record_scope = RecordScope(record_scope)
         comment = encode_section_header(
-            tool_version=tool_version(), upstream=upstream, policy=policy, group_settings=group_settings
+            tool_version=tool_version(),
+            upstream=upstream,
+            policy=policy,
+            group_settings=group_settings,
+            record_scope=self.record_scope,
         )
         with self.path.open("wb") as handle:  # fails here, in the caller, on a bad path
             handle.write(_PcapNgBlocks(handle).header_blocks(comment))
@@ -616,8 +624,10 @@ class CaptureWriter:
         self.queued_bytes += sum(map(len, map(_CLIENT_PAYLOAD, records)))
         self._queue.put(records)
 
-    def close_connection(self, conn: int, ts_ns: int, reason: str) -> None:
-        self._queue.put((CLOSE, conn, ts_ns, reason))
+    def close_connection(
+        self, conn: int, ts_ns: int, reason: str, client_bytes: int = 0, upstream_bytes: int = 0
+    ) -> None:
+        self._queue.put((CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes))
 
     def record_event(self, command: Opened | Closed) -> None:
         """A session's Opened or Closed command (the capture is the stream of session commands)."""
@@ -625,7 +635,7 @@ class CaptureWriter:
             case Opened(conn=conn, ts_ns=ts_ns, client=client, upstream=upstream):
                 self.open_connection(conn, ts_ns, client, upstream)
             case Closed(conn=conn, ts_ns=ts_ns, reason=reason):
-                self.close_connection(conn, ts_ns, reason)
+                self.close_connection(conn, ts_ns, reason, command.client_bytes, command.upstream_bytes)
 
     def close(self) -> None:
         """Write everything queued, then close the file (blocks until the writer process is done)."""
