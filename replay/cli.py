@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.brokers import group_settings
-from replay.events import EventName, RebalanceEvent, write_jsonl
+from replay.events import EventName, RebalanceEvent, write_jsonl, write_parquet
 from replay.scenario import ScenarioError, builtin_names, builtin_text, load_builtin, resolve_scenario
 
 
@@ -168,28 +168,6 @@ def _print_summary(
         console.print(f"  {run}: {_compared_with(run, scenario_name)}")
 
 
-def _write_parquet(events: list[RebalanceEvent], path: Path) -> None:
-    """One Parquet file whose columns are RebalanceEvent's fields, in order: a column added to the
-    declaration is written, never dropped (ints are 32-bit but `ts_ms`, as the Spark schema has)."""
-    import dataclasses
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    types = {
-        "str": pa.string(),
-        "int": pa.int32(),
-        "bool": pa.bool_(),
-        "tuple[str, ...]": pa.list_(pa.string()),
-    }
-    columns = []
-    for column in dataclasses.fields(RebalanceEvent):
-        annotation = str(column.type).removesuffix(" | None")
-        columns.append((column.name, pa.int64() if column.name == "ts_ms" else types[annotation]))
-    table = pa.Table.from_pylist([e.to_json_dict() for e in events], schema=pa.schema(columns))
-    pq.write_table(table, path)
-
-
 def _parse_against(value: str) -> tuple[str, str | None]:
     """('reference', None) | ('address', 'HOST:PORT') | ('broker', VERSION)."""
     if value == "reference":
@@ -306,7 +284,7 @@ def replay_main(argv: list[str]) -> int:
     if args.format == "parquet":
         target_file = args.out / "events.parquet"
         try:
-            _write_parquet(events, target_file)
+            write_parquet(events, target_file)
         except ImportError:
             err.print(
                 "group-replay replay: --format parquet needs pyarrow (pip install 'group-replay[spark]')"

@@ -49,6 +49,7 @@ def ev(
     ts_ms: int | None = None,
     join_api_version: int = 5,
     client_software: str | None = None,
+    detail: str | None = None,
 ) -> tuple[Any, ...]:
     return (
         session,
@@ -69,6 +70,7 @@ def ev(
         error_code,
         assignment,
         client_software,
+        detail,
     )
 
 
@@ -155,7 +157,8 @@ def test_bad_rows_are_flagged_with_a_reason(spark: SparkSession) -> None:
     good = ev("reference", 0, "member_joined")
     unknown = ev("reference", 1, "member_teleported")
     missing = (None, *good[1:])
-    rows = [(*r, None) for r in (good, unknown, missing)] + [(*([None] * 18), "{not json")]
+    unparseable = (*([None] * len(READ_SCHEMA.fields)), "{not json")
+    rows = [(*r, None) for r in (good, unknown, missing)] + [unparseable]
     raw = spark.createDataFrame(rows, JSON_READ_SCHEMA)
     got = T.flag_bad_rows(raw).select("seq", "bad_reason")
     assertDataFrameEqual(

@@ -1,8 +1,8 @@
 """Explicit Spark schemas: the events contract (design section 4) and the validator's output tables.
 
 Schemas are never inferred: an inferred schema silently turns a typo into a new column and a
-number into a string. The event columns mirror `replay.events.EVENT_COLUMNS` in name, order and
-type; `tests/test_validator_schemas.py` keeps the two in step.
+number into a string. The event schema is derived from `replay.events.EVENT_TABLE`, the one
+declaration of the contract (names, order, types, nullability, optional columns).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
+    DataType,
     IntegerType,
     LongType,
     StringType,
@@ -17,39 +18,35 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from replay.events import EventName
+from replay.events import EVENT_TABLE, ColumnType, EventColumn, EventName
 
 CORRUPT_RECORD_COLUMN = "_corrupt_record"
 """Where Spark's PERMISSIVE JSON reader keeps a line it could not parse against the schema."""
 
 EVENT_NAMES: tuple[str, ...] = tuple(name.value for name in EventName)
 
+SPARK_TYPES: dict[ColumnType, DataType] = {
+    ColumnType.STRING: StringType(),
+    ColumnType.INT: IntegerType(),
+    ColumnType.LONG: LongType(),
+    ColumnType.BOOLEAN: BooleanType(),
+    ColumnType.STRING_LIST: ArrayType(StringType(), True),
+}
+
+
+def _spark_field(column: EventColumn) -> StructField:
+    return StructField(column.name, SPARK_TYPES[column.type], column.nullable)
+
+
 # The contract columns, in order, with the contract's nullability (`?` in design section 4).
-CONTRACT_EVENT_FIELDS: tuple[StructField, ...] = (
-    StructField("session_id", StringType(), False),
-    StructField("scenario", StringType(), False),
-    StructField("run", StringType(), False),
-    StructField("group_id", StringType(), False),
-    StructField("seq", IntegerType(), False),
-    StructField("ts_ms", LongType(), False),
-    StructField("event", StringType(), False),
-    StructField("generation_id", IntegerType(), False),
-    StructField("member_key", StringType(), False),
-    StructField("member_id", StringType(), False),
-    StructField("group_instance_id", StringType(), True),
-    StructField("protocol_name", StringType(), True),
-    StructField("is_leader", BooleanType(), False),
-    StructField("skip_assignment", BooleanType(), True),
-    StructField("join_api_version", IntegerType(), False),
-    StructField("error_code", IntegerType(), False),
-    StructField("assignment", ArrayType(StringType(), True), True),
-)
+CONTRACT_EVENT_FIELDS: tuple[StructField, ...] = tuple(_spark_field(c) for c in EVENT_TABLE if not c.optional)
 
 # Optional extension columns: nullable, absent from older files (read as null).
 # `client_software` is the member's client as it named itself in ApiVersions v3+
 # (ClientSoftwareName/ClientSoftwareVersion, e.g. "librdkafka/2.6.1"); the compatibility matrix uses
-# it as the client dimension and falls back to the JoinGroup versions when it is null.
-OPTIONAL_EVENT_FIELDS: tuple[StructField, ...] = (StructField("client_software", StringType(), True),)
+# it as the client dimension and falls back to the JoinGroup versions when it is null. `detail` is
+# the reason of a `not_run` row (AGREED #1), shown as the verdict's explanation.
+OPTIONAL_EVENT_FIELDS: tuple[StructField, ...] = tuple(_spark_field(c) for c in EVENT_TABLE if c.optional)
 
 EVENT_SCHEMA = StructType([*CONTRACT_EVENT_FIELDS, *OPTIONAL_EVENT_FIELDS])
 """The events table as the contract describes it (nullability as documented)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from replay.events import EventName
 from validator.schemas import EVENT_SCHEMA
 
 SCENARIOS: tuple[str, ...] = ("as-recorded", "static-upgrade", "mixed-static-dynamic", "rolling-bounce")
@@ -151,12 +152,12 @@ def synth_events(
     r = F.when(in_gens, F.pmod(j, m + 1))
     e = slot - body
     event = (
-        F.when(slot < m, F.lit("member_joined"))
-        .when(in_gens & (r == 0), F.lit("rebalance_started"))
-        .when(in_gens, F.lit("generation_completed"))
-        .when((kind == 2) & (e == 0), F.lit("request_failed"))
-        .when(kind == 2, F.lit("member_fenced"))
-        .otherwise(F.lit("member_expired"))
+        F.when(slot < m, F.lit(EventName.MEMBER_JOINED.value))
+        .when(in_gens & (r == 0), F.lit(EventName.REBALANCE_STARTED.value))
+        .when(in_gens, F.lit(EventName.GENERATION_COMPLETED.value))
+        .when((kind == 2) & (e == 0), F.lit(EventName.REQUEST_FAILED.value))
+        .when(kind == 2, F.lit(EventName.MEMBER_FENCED.value))
+        .otherwise(F.lit(EventName.MEMBER_EXPIRED.value))
     )
     leader_at = F.when(F.col("affected") & (kind == 4) & (F.col("k") == 1), 1).otherwise(0)
     member = (
@@ -173,10 +174,10 @@ def synth_events(
     member_key = F.when(static, F.format_string("instance-%d", i)).otherwise(
         F.format_string("consumer-%d", i)
     )
-    completed = F.col("event") == "generation_completed"
+    completed = F.col("event") == EventName.GENERATION_COMPLETED.value
     gen = (
         F.when(slot < m, F.lit(-1))
-        .when(F.col("event") == "rebalance_started", F.col("gen_base") + F.col("k") - 2)
+        .when(F.col("event") == EventName.REBALANCE_STARTED.value, F.col("gen_base") + F.col("k") - 2)
         .when(completed, F.col("gen_base") + F.col("k") - 1)
         .otherwise(F.col("gen_base") + g_eff - 1)
     )
@@ -188,7 +189,9 @@ def synth_events(
         F.col("affected") & (kind == 1) & last & (i == m - 1),
         F.array_union(assignment, F.array(F.lit("orders-99"))),
     ).otherwise(assignment)
-    error = F.when(F.col("event").isin("request_failed", "member_fenced"), FENCED_INSTANCE_ID).otherwise(0)
+    error = F.when(
+        F.col("event").isin(EventName.REQUEST_FAILED.value, EventName.MEMBER_FENCED.value), FENCED_INSTANCE_ID
+    ).otherwise(0)
     jitter = F.pmod(F.xxhash64(s, F.col("run_idx"), slot), F.lit(90))
     return rows.select(
         "session_id",
@@ -213,7 +216,13 @@ def synth_events(
 
 
 def _conform(frame: DataFrame) -> DataFrame:
-    return frame.select(*[F.col(f.name).cast(f.dataType) for f in EVENT_SCHEMA.fields])
+    present = set(frame.columns)  # optional columns synth does not make (`detail`) are null
+    return frame.select(
+        *[
+            (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in EVENT_SCHEMA.fields
+        ]
+    )
 
 
 def write_jsonl_tree(frame: DataFrame, out: Path) -> int:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from replay.events import EventName
 from replay.scenario import AS_RECORDED
 from validator.churn import member_churn, with_churn
 from validator.explain import error_names
@@ -128,8 +129,8 @@ def empty_strings() -> Column:
     return F.array().cast("array<string>")
 
 
-def _members_with(event_name: str) -> Column:
-    return F.array_sort(F.collect_set(F.when(F.col("event") == event_name, F.col("member_key"))))
+def _members_with(event_name: EventName) -> Column:
+    return F.array_sort(F.collect_set(F.when(F.col("event") == event_name.value, F.col("member_key"))))
 
 
 def _generation(done: Column) -> Callable[[Column, Column], Column]:
@@ -194,32 +195,40 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
     )
     aggregated = events.groupBy(*RUN_KEY, *extra_keys).agg(
         F.count("*").alias("event_rows"),
-        F.count(F.when(event == "rebalance_started", True)).alias("rebalances_started"),
-        F.collect_set(F.when(event != "not_run", F.col("member_key"))).alias("member_keys"),
-        _members_with("member_fenced").alias("fenced"),
-        _members_with("member_expired").alias("expired"),
-        _members_with("member_left").alias("left"),
+        F.count(F.when(event == EventName.REBALANCE_STARTED.value, True)).alias("rebalances_started"),
+        F.collect_set(F.when(event != EventName.NOT_RUN.value, F.col("member_key"))).alias("member_keys"),
+        _members_with(EventName.MEMBER_FENCED).alias("fenced"),
+        _members_with(EventName.MEMBER_EXPIRED).alias("expired"),
+        _members_with(EventName.MEMBER_LEFT).alias("left"),
         F.collect_set(F.when(F.col("error_code") != 0, F.struct("member_key", "error_code"))).alias(
             "member_errors"
         ),
         F.max("ts_ms").alias("last_ts_ms"),
         F.max(
-            F.when(event == "not_run", F.coalesce(_optional(events, "detail"), F.lit("no reason given")))
+            F.when(
+                event == EventName.NOT_RUN.value,
+                F.coalesce(_optional(events, "detail"), F.lit("no reason given")),
+            )
         ).alias("not_run_detail"),
-        F.array_sort(F.collect_set(F.when(event != "not_run", F.col("join_api_version")))).alias(
-            "join_api_versions"
-        ),
+        F.array_sort(
+            F.collect_set(F.when(event != EventName.NOT_RUN.value, F.col("join_api_version")))
+        ).alias("join_api_versions"),
         F.array_sort(
             F.collect_set(
-                F.when((event == "member_left") & F.col("group_instance_id").isNull(), F.col("member_key"))
+                F.when(
+                    (event == EventName.MEMBER_LEFT.value) & F.col("group_instance_id").isNull(),
+                    F.col("member_key"),
+                )
             )
         ).alias("left_without_instance_id"),
         F.coalesce(F.max(F.col("skip_assignment")), F.lit(False)).alias("skip_assignment_seen"),
         F.collect_set("client_software").alias("client_software"),
-        F.array_sort(F.collect_list(F.when(event == "generation_completed", report))).alias("done"),
-        F.array_sort(F.collect_list(F.when(event == "rebalance_started", F.struct("seq", "ts_ms")))).alias(
-            "starts"
+        F.array_sort(F.collect_list(F.when(event == EventName.GENERATION_COMPLETED.value, report))).alias(
+            "done"
         ),
+        F.array_sort(
+            F.collect_list(F.when(event == EventName.REBALANCE_STARTED.value, F.struct("seq", "ts_ms")))
+        ).alias("starts"),
     )
     done = F.col("done")
     generation_ids = F.array_distinct(F.transform(done, lambda d: d["generation_id"]))
