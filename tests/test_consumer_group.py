@@ -77,20 +77,20 @@ def _coordinator(partitions: int = 4, interval_ms: int = 0) -> ConsumerGroupCoor
 def test_second_member_waits_until_the_first_releases_its_partitions() -> None:
     coordinator = _coordinator()
     a = Client(coordinator, "a")
-    assert a.beat(0).member_epoch == 1 and a.partitions() == [0, 1, 2, 3]
+    assert a.beat(0).member_epoch == 2 and a.partitions() == [0, 1, 2, 3]  # a new group starts at epoch 1
     b = Client(coordinator, "b")
     joined = b.beat(10)
     group = coordinator.groups["g"]
-    assert group.group_epoch == 2 and group.assignment_epoch == 2
-    # b's target partitions are still a's: b moves to epoch 2 holding nothing (UNRELEASED_PARTITIONS).
-    assert joined.member_epoch == 2 and joined.assignment == {}
+    assert group.group_epoch == 3 and group.assignment_epoch == 3
+    # b's target partitions are still a's: b moves to epoch 3 holding nothing (UNRELEASED_PARTITIONS).
+    assert joined.member_epoch == 3 and joined.assignment == {}
     assert group.members["b"].state is MemberState.UNRELEASED_PARTITIONS
-    # a must revoke first: it stays at epoch 1 and is told to keep only its target.
+    # a must revoke first: it stays at epoch 2 and is told to keep only its target.
     revoke = a.beat(20)
-    assert revoke.member_epoch == 1 and len(a.partitions()) == 2
+    assert revoke.member_epoch == 2 and len(a.partitions()) == 2
     assert group.members["a"].state is MemberState.UNREVOKED_PARTITIONS
-    # a's next heartbeat reports the revocation: it reaches epoch 2, and b then gets the rest.
-    assert a.beat(30).member_epoch == 2
+    # a's next heartbeat reports the revocation: it reaches epoch 3, and b then gets the rest.
+    assert a.beat(30).member_epoch == 3
     b.beat(40)
     assert sorted(a.partitions() + b.partitions()) == [0, 1, 2, 3] and b.partitions()
     assert group.state.value == "Stable"
@@ -121,9 +121,9 @@ def test_previous_epoch_with_a_subset_is_accepted() -> None:
     b = Client(coordinator, "b")
     b.beat(1)
     a.beat(2)
-    a.beat(3)  # epoch 2 now, previous 1, owns a subset of its partitions
-    assert a.epoch == 2
-    assert a.beat(4, epoch=1).error_code == 0
+    a.beat(3)  # epoch 3 now, previous 2, owns a subset of its partitions
+    assert a.epoch == 3
+    assert a.beat(4, epoch=2).error_code == 0
     assert a.beat(5, epoch=0).error_code == 0  # epoch 0 always passes the check
 
 
@@ -178,9 +178,9 @@ def test_assignment_interval_batches_target_assignments() -> None:
     b = Client(coordinator, "b")
     b.beat(100)  # within the interval: b joins at the old assignment epoch with nothing
     group = coordinator.groups["g"]
-    assert (group.group_epoch, group.assignment_epoch, b.epoch, b.partitions()) == (2, 1, 1, [])
+    assert (group.group_epoch, group.assignment_epoch, b.epoch, b.partitions()) == (3, 2, 2, [])
     a.beat(1000)  # the interval has passed: the new target is computed
-    assert group.assignment_epoch == 2
+    assert group.assignment_epoch == 3
 
 
 def test_range_assignor_sorts_static_members_first() -> None:

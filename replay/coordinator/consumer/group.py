@@ -195,7 +195,7 @@ class ConsumerGroup:
     """The mutable state of one consumer group (ConsumerGroup.java); members are immutable."""
 
     group_id: str
-    group_epoch: int = 0
+    group_epoch: int = 1  # Kafka 4.3.1 ModernGroup starts a new group at epoch 1 (the first join makes it 2)
     assignment_epoch: int = 0
     assignment_timestamp_ms: int | None = None  # Kafka's 0 ("never computed"); virtual time may be 0
     members: dict[str, ConsumerGroupMember] = field(default_factory=dict)  # join order

@@ -1,0 +1,199 @@
+"""kio entities <-> the consumer group coordinator's own request and response types.
+
+ConsumerGroupHeartbeat v0-v1 and ConsumerGroupDescribe v0-v1 (all Kafka 4.3.1 serves,
+ConsumerGroupHeartbeatRequest.json / ConsumerGroupDescribeResponse.json); field names from kio.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32, i32Timedelta
+
+from replay.coordinator.consumer.coordinator import DescribedGroup, HeartbeatRequest, HeartbeatResponse
+
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
+SUPPORTED_VERSIONS = {CONSUMER_GROUP_HEARTBEAT: (0, 1), CONSUMER_GROUP_DESCRIBE: (0, 1)}
+
+
+def _ms(duration: Any) -> int:
+    return int(duration.days * 86_400_000 + duration.seconds * 1000 + duration.microseconds // 1000)
+
+
+def _td(ms: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+def heartbeat_from_kio(
+    entity: Any, api_version: int, client_id: str = "", client_host: str = ""
+) -> HeartbeatRequest:
+    owned = None
+    if entity.topic_partitions is not None:
+        owned = {
+            UUID(str(tp.topic_id)): frozenset(int(p) for p in tp.partitions) for tp in entity.topic_partitions
+        }
+    return HeartbeatRequest(
+        group_id=str(entity.group_id),
+        member_id=str(entity.member_id),
+        member_epoch=int(entity.member_epoch),
+        instance_id=entity.instance_id,
+        rack_id=entity.rack_id,
+        rebalance_timeout_ms=_ms(entity.rebalance_timeout),
+        subscribed_topic_names=(
+            None
+            if entity.subscribed_topic_names is None
+            else tuple(str(n) for n in entity.subscribed_topic_names)
+        ),
+        subscribed_topic_regex=getattr(entity, "subscribed_topic_regex", None),
+        server_assignor=entity.server_assignor,
+        owned=owned,
+        api_version=api_version,
+        client_id=client_id,
+        client_host=client_host,
+    )
+
+
+def heartbeat_to_kio(request: HeartbeatRequest, api_version: int = 1) -> Any:
+    """A kio ConsumerGroupHeartbeatRequest (tests and replay drive real brokers with it)."""
+    schema: Any = load_request_schema(CONSUMER_GROUP_HEARTBEAT, api_version)
+    module = __import__(schema.__module__, fromlist=["TopicPartitions"])
+    fields: dict[str, Any] = {
+        "group_id": request.group_id,
+        "member_id": request.member_id,
+        "member_epoch": i32(request.member_epoch),
+        "instance_id": request.instance_id,
+        "rack_id": request.rack_id,
+        "rebalance_timeout": _td(request.rebalance_timeout_ms),
+        "subscribed_topic_names": request.subscribed_topic_names,
+        "server_assignor": request.server_assignor,
+        "topic_partitions": (
+            None
+            if request.owned is None
+            else tuple(
+                module.TopicPartitions(topic_id=topic_id, partitions=tuple(i32(p) for p in sorted(parts)))
+                for topic_id, parts in sorted(request.owned.items())
+            )
+        ),
+    }
+    if api_version >= 1:
+        fields["subscribed_topic_regex"] = request.subscribed_topic_regex
+    return schema(**fields)
+
+
+def _topic_partitions(module: Any, partitions: Mapping[UUID, frozenset[int]]) -> tuple[Any, ...]:
+    return tuple(
+        module.TopicPartitions(topic_id=topic_id, partitions=tuple(i32(p) for p in sorted(parts)))
+        for topic_id, parts in sorted(partitions.items())
+        if parts
+    )
+
+
+def heartbeat_response_to_kio(response: HeartbeatResponse, api_version: int) -> Any:
+    schema: Any = load_response_schema(CONSUMER_GROUP_HEARTBEAT, api_version)
+    module = __import__(schema.__module__, fromlist=["Assignment", "TopicPartitions"])
+    assignment = (
+        None
+        if response.assignment is None
+        else module.Assignment(topic_partitions=_topic_partitions(module, response.assignment))
+    )
+    return schema(
+        throttle_time=_td(0),
+        error_code=ErrorCode(response.error_code),
+        error_message=response.error_message,
+        member_id=response.member_id,
+        member_epoch=i32(response.member_epoch),
+        heartbeat_interval=_td(response.heartbeat_interval_ms),
+        assignment=assignment,
+    )
+
+
+def heartbeat_response_from_kio(entity: Any) -> HeartbeatResponse:
+    assignment = None
+    if entity.assignment is not None:
+        assignment = {
+            UUID(str(tp.topic_id)): frozenset(int(p) for p in tp.partitions)
+            for tp in entity.assignment.topic_partitions
+        }
+    return HeartbeatResponse(
+        error_code=int(entity.error_code),
+        error_message=entity.error_message,
+        member_id=entity.member_id,
+        member_epoch=int(entity.member_epoch),
+        heartbeat_interval_ms=_ms(entity.heartbeat_interval),
+        assignment=assignment,
+    )
+
+
+def describe_response_to_kio(
+    groups: list[DescribedGroup], api_version: int, topic_names: Mapping[UUID, str]
+) -> Any:
+    """ConsumerGroupDescribeResponse; `topic_names` resolves topic ids for the assignments."""
+    schema: Any = load_response_schema(CONSUMER_GROUP_DESCRIBE, api_version)
+    module = __import__(
+        schema.__module__, fromlist=["DescribedGroup", "Member", "Assignment", "TopicPartitions"]
+    )
+
+    def partitions(assigned: Mapping[UUID, frozenset[int]]) -> Any:
+        return module.Assignment(
+            topic_partitions=tuple(
+                module.TopicPartitions(
+                    topic_id=topic_id,
+                    topic_name=topic_names.get(topic_id, ""),
+                    partitions=tuple(i32(p) for p in sorted(parts)),
+                )
+                for topic_id, parts in sorted(assigned.items())
+                if parts
+            )
+        )
+
+    described = []
+    for group in groups:
+        members = []
+        for m in group.members:
+            values: dict[str, Any] = {
+                "member_id": m.member_id,
+                "instance_id": m.instance_id,
+                "rack_id": m.rack_id,
+                "member_epoch": i32(m.member_epoch),
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "subscribed_topic_names": m.subscribed_topic_names,
+                "subscribed_topic_regex": m.subscribed_topic_regex,
+                "assignment": partitions(m.assignment),
+                "target_assignment": partitions(m.target_assignment),
+            }
+            if api_version >= 1:
+                values["member_type"] = i8(1)  # KIP-1099: 1 = consumer protocol, 0 = classic
+            members.append(module.Member(**values))
+        described.append(
+            module.DescribedGroup(
+                error_code=ErrorCode(group.error_code),
+                error_message=group.error_message,
+                group_id=group.group_id,
+                group_state=group.group_state,
+                group_epoch=i32(group.group_epoch),
+                assignment_epoch=i32(group.assignment_epoch),
+                assignor_name=group.assignor_name,
+                members=tuple(members),
+                authorized_operations=i32(-(2**31)),
+            )
+        )
+    return schema(throttle_time=_td(0), groups=tuple(described))
+
+
+__all__ = [
+    "CONSUMER_GROUP_DESCRIBE",
+    "CONSUMER_GROUP_HEARTBEAT",
+    "SUPPORTED_VERSIONS",
+    "describe_response_to_kio",
+    "heartbeat_from_kio",
+    "heartbeat_response_from_kio",
+    "heartbeat_response_to_kio",
+    "heartbeat_to_kio",
+]

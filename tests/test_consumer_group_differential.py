@@ -1,0 +1,273 @@
+"""Differential: the same ConsumerGroupHeartbeat sequences to a real Kafka 4.3.1 broker and to the
+reference (replay.coordinator.consumer) give the same error codes, member epochs and assignments.
+
+Each scenario is a list of steps played by well-behaved scripted members (they report what they
+own and release what they lose). Member ids are chosen by the test (v1 requires client-generated
+ids), so the broker and the reference see the same ids and the uniform assignor's Java HashMap
+member order is the same on both. The broker runs with group.consumer.assignment.interval.ms=0 so
+a target assignment follows every group epoch bump at once (4.3's default of 1000 ms batches them
+by wall clock, which a step-by-step comparison cannot reproduce; the reference models the interval,
+tested in test_consumer_group.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.static.primitive import i8
+
+from harness.lines import KAFKA_4X
+from proxy.wire import decode_response, encode_request
+from replay.coordinator.consumer import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
+from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
+
+NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 16, 14, 15
+BROKER_CONFIG = {"group.consumer.assignment.interval.ms": "0"}
+
+
+class KafkaConnection:
+    """One blocking connection speaking kio entities (test-side only)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.correlation = 0
+
+    def call(self, entity: Any) -> Any:
+        self.correlation += 1
+        self.sock.sendall(encode_request(entity, self.correlation, "kip848-differential"))
+        size = struct.unpack(">i", self._read(4))[0]
+        _, body = decode_response(self._read(size), type(entity).__api_key__, type(entity).__version__)
+        return body
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def topic_ids(connection: KafkaConnection, names: list[str]) -> dict[str, uuid.UUID]:
+    answer = connection.call(
+        MetadataRequest(
+            topics=tuple(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=n) for n in names),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    return {str(t.name): uuid.UUID(str(t.topic_id)) for t in answer.topics}
+
+
+def await_topics_in_group_coordinator(connection: KafkaConnection, topics: dict[str, int]) -> None:
+    """The group coordinator learns of a new topic from its metadata image some time after
+    CreateTopics answers; until then a subscription to it gets nothing. A probe member joins a
+    throwaway group until it is assigned every partition, then leaves."""
+    group_id = f"probe-{uuid.uuid4().hex[:8]}"
+    total = sum(topics.values())
+    for attempt in range(150):
+        member_id = f"probe-{attempt}"
+        request = HeartbeatRequest(
+            group_id=group_id,
+            member_id=member_id,
+            member_epoch=0,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_names=tuple(topics),
+            owned={},
+        )
+        answer = heartbeat_response_from_kio(connection.call(heartbeat_to_kio(request)))
+        if answer.error_code == 0:
+            connection.call(heartbeat_to_kio(HeartbeatRequest(group_id, member_id, -1)))
+            if sum(len(p) for p in (answer.assignment or {}).values()) == total:
+                return
+        connection.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group_id,)))
+        time.sleep(0.2)
+    raise AssertionError(f"the group coordinator never saw topics {sorted(topics)}")
+
+
+@dataclass
+class Member:
+    member_id: str
+    instance_id: str | None = None
+    epoch: int = 0
+    owned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
+
+
+class Side:
+    """One side of the comparison: the broker or the reference, behind one `send`."""
+
+    def __init__(self, topics: dict[str, int], ids: dict[str, uuid.UUID], connection: KafkaConnection | None):
+        self.connection = connection
+        self.now_ms = 1_000
+        self.ids = ids
+        self.reference = ConsumerGroupCoordinator(ConsumerGroupConfig(assignment_interval_ms=0))
+        for name, partitions in topics.items():
+            self.reference.add_topic(name, partitions, ids[name])
+
+    def send(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        self.now_ms += 10
+        if self.connection is None:
+            return self.reference.heartbeat(self.now_ms, request)
+        for _ in range(100):  # until __consumer_offsets is created and loaded (a fresh broker)
+            response = heartbeat_response_from_kio(self.connection.call(heartbeat_to_kio(request)))
+            if response.error_code not in (
+                NOT_COORDINATOR,
+                COORDINATOR_LOAD_IN_PROGRESS,
+                COORDINATOR_NOT_AVAILABLE,
+            ):
+                return response
+            self.connection.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(request.group_id,)))
+            time.sleep(0.2)
+        raise AssertionError(f"the broker never became the coordinator of {request.group_id}")
+
+
+def play(
+    side: Side, group_id: str, topics: tuple[str, ...], steps: list[tuple[Any, ...]], assignor: str | None
+):
+    """Returns one observation per step: (step, error, epoch, partitions owned after it)."""
+    members: dict[str, Member] = {}
+    seen: list[tuple[Any, ...]] = []
+    names = {v: k for k, v in side.ids.items()}
+
+    def owned_view(member: Member) -> tuple[str, ...]:
+        return tuple(sorted(f"{names[t]}-{p}" for t, parts in member.owned.items() for p in parts))
+
+    def beat(key: str, epoch: int | None = None, *, member_id: str | None = None) -> HeartbeatResponse:
+        member = members[key]
+        sent_epoch = member.epoch if epoch is None else epoch
+        joining = sent_epoch == 0
+        response = side.send(
+            HeartbeatRequest(
+                group_id=group_id,
+                member_id=member_id or member.member_id,
+                member_epoch=sent_epoch,
+                instance_id=member.instance_id,
+                rebalance_timeout_ms=60_000 if joining else -1,
+                subscribed_topic_names=topics if joining else None,
+                server_assignor=assignor if joining else None,
+                owned={} if joining else dict(member.owned),
+            )
+        )
+        if response.error_code == 0 and sent_epoch >= 0:
+            member.epoch = response.member_epoch
+            if response.assignment is not None:
+                member.owned = dict(response.assignment)
+        return response
+
+    for step in steps:
+        match step:
+            case ("join", key, instance):
+                members[key] = Member(f"{group_id}-{key}-{len(seen)}", instance)
+                r = beat(key)
+                seen.append((step, r.error_code, r.member_epoch, owned_view(members[key])))
+            case ("beat", key):
+                r = beat(key)
+                seen.append((step, r.error_code, r.member_epoch, owned_view(members[key])))
+            case ("beat_epoch", key, epoch):
+                r = beat(key, epoch)
+                seen.append((step, r.error_code))
+            case ("leave", key, epoch):
+                r = beat(key, epoch)
+                seen.append((step, r.error_code, r.member_epoch))
+                del members[key]
+            case ("settle",):
+                # Every member heartbeats until a round changes nothing.
+                for _ in range(10):
+                    before = {k: (m.epoch, owned_view(m)) for k, m in members.items()}
+                    for key in list(members):
+                        beat(key)
+                    if before == {k: (m.epoch, owned_view(m)) for k, m in members.items()}:
+                        break
+                seen.append((step, tuple(sorted((k, m.epoch, owned_view(m)) for k, m in members.items()))))
+            case _:
+                raise AssertionError(step)
+    return seen
+
+
+S, D = "static", None
+SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] = {
+    "uniform-join-revoke-assign": (
+        {"t": 6},
+        None,
+        [("join", "a", D), ("settle",), ("join", "b", D), ("beat", "a"), ("beat", "b"), ("beat", "a"),
+         ("beat", "b"), ("join", "c", D), ("settle",)],
+    ),
+    "range-leave-and-rejoin": (
+        {"t": 5},
+        "range",
+        [("join", "a", D), ("join", "b", D), ("join", "c", D), ("settle",), ("leave", "b", -1), ("settle",),
+         ("join", "b", D), ("settle",)],
+    ),
+    "static-temporary-leave": (
+        {"t": 4},
+        "uniform",
+        [("join", "a", "pod-a"), ("join", "b", "pod-b"), ("settle",), ("leave", "b", -2),
+         ("join", "a2", "pod-a"), ("join", "b", "pod-b"), ("settle",)],
+    ),
+    "fencing-and-unknown-members": (
+        {"t": 3},
+        None,
+        [("join", "a", D), ("settle",), ("beat_epoch", "a", 7), ("join", "b", D), ("beat_epoch", "b", 0),
+         ("settle",)],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_reference_matches_kafka_4_3(name: str, broker_factory, make_topic) -> None:
+    broker = broker_factory(KAFKA_4X, extra_config=BROKER_CONFIG)
+    partitions, assignor, steps = SCENARIOS[name]
+    created = {make_topic(broker.bootstrap, partitions=n, prefix=f"cg-{t}"): n for t, n in partitions.items()}
+    connection = KafkaConnection(broker.bootstrap)
+    try:
+        ids = topic_ids(connection, list(created))
+        await_topics_in_group_coordinator(connection, created)
+        group_id = f"g-{name}-{uuid.uuid4().hex[:8]}"
+        topics = tuple(created)
+        observed = play(Side(created, ids, connection), group_id, topics, steps, assignor)
+        expected = play(Side(created, ids, None), group_id, topics, steps, assignor)
+    finally:
+        connection.close()
+    assert expected == observed
+
+
+def test_unknown_group_and_member_match_kafka(broker_factory) -> None:
+    broker = broker_factory(KAFKA_4X, extra_config=BROKER_CONFIG)
+    connection = KafkaConnection(broker.bootstrap)
+    try:
+        kafka = Side({}, {}, connection)
+        reference = Side({}, {}, None)
+        cases = [
+            HeartbeatRequest(group_id="no-such-group-kip848", member_id="m", member_epoch=3, owned={}),
+            HeartbeatRequest(group_id="no-such-group-kip848", member_id="m", member_epoch=-1),
+            HeartbeatRequest(group_id="g", member_id="", member_epoch=0, rebalance_timeout_ms=1, owned={}),
+            HeartbeatRequest(group_id="g", member_id="m", member_epoch=-7),
+            HeartbeatRequest(
+                group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=1, owned={},
+                subscribed_topic_names=(), server_assignor="nope",
+            ),
+            HeartbeatRequest(group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=-1, owned={}),
+            HeartbeatRequest(group_id="g", member_id="m", member_epoch=-2),
+        ]  # fmt: skip
+        for request in cases:
+            assert kafka.send(request).error_code == reference.send(request).error_code, request
+    finally:
+        connection.close()
