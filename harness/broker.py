@@ -86,6 +86,82 @@ class BrokerError(RuntimeError):
     """The broker could not start or stop; the message ends with the tail of its log."""
 
 
+SECURITY_PROTOCOLS = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class SecureListener:
+    """A listener beside the broker's PLAINTEXT one (which stays for readiness and inter-broker
+    traffic), named after its security protocol: SSL, SASL_PLAINTEXT or SASL_SSL (KRaft lines).
+
+    TLS: `keystore_pem` holds the broker's PKCS#8 key and certificate chain (Kafka's PEM key
+    store), `truststore_pem` the CAs it trusts for client certificates, `client_auth` is
+    `ssl.client.auth` (none | requested | required: mTLS). SASL: `mechanisms` among PLAIN and
+    SCRAM-SHA-256/512; `users` are (name, password) pairs, written by the harness into the
+    listener's PLAIN JAAS config (`user_NAME="..."`) and, for SCRAM, into the storage format
+    (`kafka-storage format --add-scram`, Kafka 3.5+), so no admin step is needed after start.
+    """
+
+    protocol: str
+    keystore_pem: str | None = None
+    truststore_pem: str | None = None
+    client_auth: str = "none"
+    mechanisms: tuple[str, ...] = ()
+    users: tuple[tuple[str, str], ...] = ()
+    listener_name: str | None = None  # default: the protocol (two SSL listeners need two names)
+
+    @property
+    def name(self) -> str:
+        return self.listener_name or self.protocol
+
+    def properties(self, port: int) -> dict[str, str]:
+        """The listener-prefixed broker settings (`listener.name.<name>.`)."""
+        if self.protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security protocol {self.protocol!r}: one of {', '.join(SECURITY_PROTOCOLS)}")
+        prefix = f"listener.name.{self.name.lower()}."
+        settings: dict[str, str] = {}
+        if "SSL" in self.protocol:
+            if self.keystore_pem is None:
+                raise ValueError(f"{self.protocol} listener needs keystore_pem")
+            settings |= {
+                f"{prefix}ssl.keystore.type": "PEM",
+                f"{prefix}ssl.keystore.location": self.keystore_pem,
+                f"{prefix}ssl.client.auth": self.client_auth,
+                f"{prefix}ssl.endpoint.identification.algorithm": "",
+            }
+            if self.truststore_pem is not None:
+                settings |= {
+                    f"{prefix}ssl.truststore.type": "PEM",
+                    f"{prefix}ssl.truststore.location": self.truststore_pem,
+                }
+        if "SASL" in self.protocol:
+            unknown = [m for m in self.mechanisms if m not in SASL_MECHANISMS]
+            if not self.mechanisms or unknown:
+                raise ValueError(
+                    f"SASL mechanisms {list(self.mechanisms)}: among {', '.join(SASL_MECHANISMS)}"
+                )
+            settings[f"{prefix}sasl.enabled.mechanisms"] = ",".join(self.mechanisms)
+            for mechanism in self.mechanisms:
+                if mechanism == "PLAIN":
+                    users = " ".join(f'user_{name}="{password}"' for name, password in self.users)
+                    module = "org.apache.kafka.common.security.plain.PlainLoginModule"
+                else:
+                    users, module = "", "org.apache.kafka.common.security.scram.ScramLoginModule"
+                jaas = f"{module} required{' ' + users if users else ''};"
+                settings[f"{prefix}{mechanism.lower()}.sasl.jaas.config"] = jaas
+        return settings
+
+    def scram_arguments(self) -> list[str]:
+        """`StorageTool format` arguments that store this listener's SCRAM credentials."""
+        arguments: list[str] = []
+        for mechanism in self.mechanisms:
+            if mechanism.startswith("SCRAM-"):
+                for name, password in self.users:
+                    arguments += ["--add-scram", f"{mechanism}=[name={name},password={password}]"]
+        return arguments
+
+
 @dataclass(frozen=True)
 class BrokerState:
     """What another process needs to find (and stop) a broker: written as JSON for detached ones."""
@@ -158,10 +234,21 @@ class LaunchPlan:
     properties: dict[str, str]
     heap_mb: int
     new_coordinator: bool
+    secure_listeners: tuple[SecureListener, ...] = ()
+    secure_ports: tuple[int, ...] = ()  # one per secure listener, in order
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def listener_bootstrap(self, name: str) -> str:
+        """host:port of the listener named `name` ("PLAINTEXT", "SSL", "SASL_SSL", ...)."""
+        if name == "PLAINTEXT":
+            return self.bootstrap
+        for listener, port in zip(self.secure_listeners, self.secure_ports, strict=True):
+            if listener.name == name:
+                return f"127.0.0.1:{port}"
+        raise KeyError(f"no {name} listener on this broker")
 
     @property
     def data_dir(self) -> Path:
@@ -198,6 +285,7 @@ class LaunchPlan:
         return [java, *self.jvm_options(), "-cp", f"{self.libs}/*", main_class, *args]
 
     def format_command(self) -> list[str]:
+        scram = [argument for listener in self.secure_listeners for argument in listener.scram_arguments()]
         return self.java_command(
             "kafka.tools.StorageTool",
             "format",
@@ -206,6 +294,7 @@ class LaunchPlan:
             "-c",
             str(self.config_path),
             "--ignore-formatted",
+            *scram,
         )
 
     def broker_command(self) -> list[str]:
@@ -249,8 +338,10 @@ def plan_broker(
     work_dir: Path | None = None,
     heap_mb: int = DEFAULT_HEAP_MB,
     progress: ProgressCallback | None = None,
+    secure_listeners: tuple[SecureListener, ...] = (),
 ) -> LaunchPlan:
-    """Fetch the jars (once) and lay out the config for a broker; nothing is started yet."""
+    """Fetch the jars (once) and lay out the config for a broker; nothing is started yet.
+    `secure_listeners`: SSL / SASL listeners beside PLAINTEXT (KRaft lines only)."""
     line = line_for(kafka_version)
     if not line.implemented:
         raise BrokerError(f"the harness cannot launch Kafka {line.name} ({line.mode.value}) yet")
@@ -261,6 +352,13 @@ def plan_broker(
     port, controller_port = _free_port(), _free_port()
     while controller_port == port:
         controller_port = _free_port()
+    secure_ports: list[int] = []
+    while len(secure_ports) < len(secure_listeners):
+        candidate = _free_port()
+        if candidate not in (port, controller_port, *secure_ports):
+            secure_ports.append(candidate)
+    if secure_listeners and line.mode is not Mode.KRAFT:
+        raise BrokerError("SSL/SASL listeners are set up for KRaft lines (3.3+) only")
     if line.mode is Mode.KRAFT:
         mode_settings = {
             "process.roles": "broker,controller",
@@ -280,8 +378,20 @@ def plan_broker(
             "zookeeper.connect": f"127.0.0.1:{controller_port}/kafka",
             "zookeeper.connection.timeout.ms": "30000",
         }
+    security_settings: dict[str, str] = {}
+    if secure_listeners:
+        extra = [(listener, p) for listener, p in zip(secure_listeners, secure_ports, strict=True)]
+        endpoints = "".join(f",{listener.name}://127.0.0.1:{p}" for listener, p in extra)
+        mode_settings["listeners"] += endpoints
+        mode_settings["advertised.listeners"] += endpoints
+        mode_settings["listener.security.protocol.map"] += "".join(
+            f",{listener.name}:{listener.protocol}" for listener, _ in extra
+        )
+        for listener, p in extra:
+            security_settings |= listener.properties(p)
     properties = {
         **mode_settings,
+        **security_settings,
         "log.dirs": str(work_dir / "data"),
         **TEST_SETTINGS,
         **coordinator_settings,
@@ -297,6 +407,8 @@ def plan_broker(
         properties=properties,
         heap_mb=heap_mb,
         new_coordinator=line.effective_new_coordinator(new_coordinator),
+        secure_listeners=secure_listeners,
+        secure_ports=tuple(secure_ports),
     )
 
 
@@ -318,6 +430,10 @@ class Broker:
     @property
     def bootstrap(self) -> str:
         return self.plan.bootstrap
+
+    def listener_bootstrap(self, name: str) -> str:
+        """host:port of this broker's `name` listener (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."""
+        return self.plan.listener_bootstrap(name)
 
     @property
     def kafka_version(self) -> str:
@@ -480,6 +596,7 @@ def start_broker(
     ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
     detach: bool = False,
     progress: ProgressCallback | None = None,
+    secure_listeners: tuple[SecureListener, ...] = (),
 ) -> Broker:
     """Start a broker and return once it answers ApiVersions.
 
@@ -495,6 +612,7 @@ def start_broker(
             work_dir=work_dir,
             heap_mb=heap_mb,
             progress=progress,
+            secure_listeners=secure_listeners,
         )
         owns_work_dir = work_dir is None
         plan.write_files()

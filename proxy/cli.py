@@ -9,11 +9,13 @@ import importlib
 import logging
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from proxy.capture.header import RecordScope
 from proxy.server import ProxyConfig, ProxyServer, parse_hostport
 from proxy.session import DEFAULT_MAX_BUFFERED_BYTES
+from proxy.tls import ClientTls, TlsConfigError, TlsContexts, UpstreamTls
 from proxy.upstream import describe_upstream
 from proxy.wire import DEFAULT_MAX_FRAME_BYTES
 
@@ -57,8 +59,62 @@ def _parser() -> argparse.ArgumentParser:
         help="bytes of partial frames all connections may hold together; a frame that would pass it "
         "closes its connection (default %(default)s)",
     )
+    client_tls = parser.add_argument_group(
+        "client leg TLS (clients -> proxy)",
+        "the proxy terminates TLS on every listener; certificates reload on SIGHUP and when the files change",
+    )
+    client_tls.add_argument(
+        "--client-tls-cert", type=Path, metavar="PEM", help="certificate chain, leaf first"
+    )
+    client_tls.add_argument("--client-tls-key", type=Path, metavar="PEM", help="its private key")
+    upstream_tls = parser.add_argument_group(
+        "upstream leg TLS (proxy -> brokers)",
+        "the proxy originates TLS to every broker. A broker that authenticates clients by certificate "
+        "(mTLS) sees the proxy's certificate, never the client's: a decoding proxy cannot forward it. "
+        "Use a SASL or PLAINTEXT listener inside the network for such clusters (SASL is relayed).",
+    )
+    upstream_tls.add_argument("--upstream-tls", action="store_true", help="TLS with the system's trust store")
+    upstream_tls.add_argument("--upstream-tls-ca", type=Path, metavar="PEM", help="CA bundle (implies TLS)")
+    upstream_tls.add_argument(
+        "--upstream-tls-cert",
+        type=Path,
+        metavar="PEM",
+        help="the proxy's own client certificate (implies TLS)",
+    )
+    upstream_tls.add_argument("--upstream-tls-key", type=Path, metavar="PEM", help="its private key")
+    upstream_tls.add_argument(
+        "--upstream-tls-no-verify-hostname",
+        action="store_true",
+        help="accept a broker certificate that names another host (the chain is still verified)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
+
+
+def _tls(args: argparse.Namespace) -> TlsContexts | None:
+    """The TLS contexts the flags ask for (None: PLAINTEXT on both legs). Raises TlsConfigError."""
+    client = None
+    if args.client_tls_cert is not None:
+        client = ClientTls(args.client_tls_cert, args.client_tls_key)
+    elif args.client_tls_key is not None:
+        raise TlsConfigError("--client-tls-key needs --client-tls-cert")
+    upstream = None
+    if (
+        args.upstream_tls
+        or args.upstream_tls_ca is not None
+        or args.upstream_tls_cert is not None
+        or args.upstream_tls_key is not None
+        or args.upstream_tls_no_verify_hostname
+    ):
+        upstream = UpstreamTls(
+            args.upstream_tls_ca,
+            args.upstream_tls_cert,
+            args.upstream_tls_key,
+            verify_hostname=not args.upstream_tls_no_verify_hostname,
+        )
+    if client is None and upstream is None:
+        return None
+    return TlsContexts(client, upstream)
 
 
 def _load_policy(path: str) -> Any:
@@ -74,7 +130,8 @@ async def _run(config: ProxyConfig, record: str | None, record_scope: RecordScop
     recorder = None
     upstream = "{}:{}".format(*config.upstream)
     # Once at start: is the upstream there, and (for the capture) what are its group settings?
-    settings = await describe_upstream(*config.upstream)
+    tls = config.tls.upstream if config.tls is not None else None
+    settings = await describe_upstream(*config.upstream, tls=tls)
     if settings.unknown_reason is not None:
         log.warning("upstream group settings unknown: %s", settings.unknown_reason)
     else:
@@ -100,6 +157,9 @@ async def _run(config: ProxyConfig, record: str | None, record_scope: RecordScop
         for signum in (signal.SIGINT, signal.SIGTERM):  # before the "listening" line supervisors wait for
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(signum, stop.set)
+        if config.tls is not None:
+            with contextlib.suppress(NotImplementedError, AttributeError):
+                loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
         host, port = await server.start()
         print(f"proxy listening on {host}:{port} -> {config.upstream[0]}:{config.upstream[1]}", flush=True)
         await stop.wait()
@@ -147,6 +207,11 @@ def main(argv: list[str]) -> int:
         max_frame_bytes=args.max_frame_bytes,
         max_buffered_bytes=args.max_buffered_bytes,
     )
+    try:
+        config.tls = _tls(args)
+    except TlsConfigError as exc:
+        print(f"group-replay proxy: {exc}", file=sys.stderr)
+        return 2
     if args.policy:
         try:
             config.policy = _load_policy(args.policy)

@@ -10,6 +10,11 @@ One listener fronts the bootstrap server; one more per upstream broker opens the
 Metadata, FindCoordinator or DescribeCluster response names it (port per broker, as in
 Kroxylicious). A malformed frame, an unreachable or vanished upstream closes only the connection
 it concerns, with a log line; the listeners keep serving.
+
+TLS (`proxy.tls`): with `ProxyConfig.tls`, every listener terminates TLS and every upstream
+connection originates it; the certificates reload on `reload_tls()` (SIGHUP in the CLI) and
+when their files change (checked every `tls_check_interval_s`), without touching established
+connections.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from proxy.session import (
     SendClient,
     SendUpstream,
 )
+from proxy.tls import TlsContexts, explain_upstream_error
 from proxy.wire import DEFAULT_MAX_FRAME_BYTES
 
 log = logging.getLogger("group_replay.proxy")
@@ -63,6 +69,8 @@ class ProxyConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES  # partial frames of all connections together
     policy: RewritePolicy = field(default_factory=PassThrough)
+    tls: TlsContexts | None = None  # TLS on the client leg, the upstream leg, or both
+    tls_check_interval_s: float = 1.0  # how often certificate files are checked for changes
 
 
 @dataclass
@@ -141,6 +149,31 @@ class ProxyServer:
         # What the recorder's header says it holds is what the sessions record (issue 12).
         scope = getattr(recorder, "record_scope", RecordScope.ALL)
         self.record_api_keys: frozenset[int] | None = RecordScope(scope).api_keys
+        self.tls = config.tls
+        self._tls_watch: asyncio.Task[None] | None = None
+
+    @property
+    def client_ssl(self) -> Any:
+        return None if self.tls is None else self.tls.client
+
+    def upstream_ssl(self, host: str) -> dict[str, Any]:
+        """`create_connection` arguments for an upstream connection (the current context)."""
+        if self.tls is None or self.tls.upstream is None:
+            return {}
+        return {"ssl": self.tls.upstream, "server_hostname": host}
+
+    def reload_tls(self) -> None:
+        """Load the certificates again (SIGHUP): new connections get them, open ones stay."""
+        if self.tls is not None and self.tls.enabled:
+            line = self.tls.reload()
+            log.log(logging.WARNING if "failed" in line else logging.INFO, "%s", line)
+
+    async def _watch_tls(self) -> None:
+        assert self.tls is not None
+        while True:
+            await asyncio.sleep(self.config.tls_check_interval_s)
+            if self.tls.changed():
+                self.reload_tls()
 
     def upstream_failed(self, upstream: tuple[str, int], error: str) -> None:
         line = self.health.setdefault(upstream, UpstreamHealth()).failed(
@@ -172,8 +205,13 @@ class ProxyServer:
         loop = asyncio.get_running_loop()
         upstream = self.config.upstream
         server = await loop.create_server(
-            lambda: _ClientSide(self, upstream), self.config.listen[0], self.config.listen[1]
+            lambda: _ClientSide(self, upstream),
+            self.config.listen[0],
+            self.config.listen[1],
+            ssl=self.client_ssl,
         )
+        if self.tls is not None and self.tls.enabled:
+            self._tls_watch = loop.create_task(self._watch_tls())
         self._servers[upstream] = server
         port = int(server.sockets[0].getsockname()[1])
         self.bootstrap = (self.advertised_host, port)
@@ -196,7 +234,7 @@ class ProxyServer:
         loop = asyncio.get_running_loop()
 
         async def serve() -> None:
-            server = await loop.create_server(lambda: _ClientSide(self, key), sock=sock)
+            server = await loop.create_server(lambda: _ClientSide(self, key), sock=sock, ssl=self.client_ssl)
             self._servers[key] = server
 
         self._pending_servers.append(loop.create_task(serve()))
@@ -207,6 +245,8 @@ class ProxyServer:
         return next(self._conn_ids)
 
     async def close(self) -> None:
+        if self._tls_watch is not None:
+            self._tls_watch.cancel()
         for task in self._pending_servers:
             await task
         for server in self._servers.values():
@@ -281,9 +321,11 @@ class _ClientSide(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         host, port = self.upstream_address
         try:
-            transport, _ = await loop.create_connection(lambda: _UpstreamSide(self), host, port)
+            transport, _ = await loop.create_connection(
+                lambda: _UpstreamSide(self), host, port, **self.server.upstream_ssl(host)
+            )
         except OSError as exc:
-            self.server.upstream_failed(self.upstream_address, str(exc))
+            self.server.upstream_failed(self.upstream_address, explain_upstream_error(exc))
             self.abort(f"upstream {host}:{port} unreachable: {exc}", quiet=True)
             return
         self.server.upstream_reached(self.upstream_address)
@@ -432,7 +474,7 @@ class _ClientSide(asyncio.Protocol):
         if self.closing:
             return
         host, port = self.upstream_address
-        detail = f": {exc}" if exc else ""
+        detail = f": {explain_upstream_error(exc)}" if exc else ""
         self.closing = True
         log.warning(
             "conn %d (client %s): upstream %s:%d closed the connection%s",

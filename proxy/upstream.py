@@ -13,6 +13,7 @@ with the reason; never an exception. The broker's release line comes from its Ap
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from typing import Any, Final
 
@@ -121,8 +122,11 @@ class _Link:
         return response
 
 
-async def _describe(host: str, port: int) -> GroupSettings:
-    reader, writer = await asyncio.open_connection(host, port)
+async def _describe(host: str, port: int, tls: ssl.SSLContext | None) -> GroupSettings:
+    if tls is None:
+        reader, writer = await asyncio.open_connection(host, port)
+    else:
+        reader, writer = await asyncio.open_connection(host, port, ssl=tls, server_hostname=host)
     link = _Link(reader, writer)
     try:
         versions = await link.call(ApiKey.API_VERSIONS, 0, {})
@@ -180,15 +184,21 @@ async def _node_id(link: _Link, ranges: dict[int, tuple[int, int]], host: str, p
     return None
 
 
-async def describe_upstream(host: str, port: int, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GroupSettings:
-    """The upstream's group settings; unknown (with `unknown_reason`) rather than an exception."""
+async def describe_upstream(
+    host: str, port: int, timeout_ms: int = DEFAULT_TIMEOUT_MS, tls: ssl.SSLContext | None = None
+) -> GroupSettings:
+    """The upstream's group settings; unknown (with `unknown_reason`) rather than an exception.
+    `tls`: the upstream leg's context (`proxy.tls`), for a TLS listener."""
+    from proxy.tls import explain_upstream_error
+
     try:
-        return await asyncio.wait_for(_describe(host, port), timeout_ms / 1000)
+        return await asyncio.wait_for(_describe(host, port, tls), timeout_ms / 1000)
     except TimeoutError:
         return GroupSettings(unknown_reason=f"upstream {host}:{port} did not answer within {timeout_ms} ms")
     except (OSError, asyncio.IncompleteReadError) as exc:
         return GroupSettings(
-            unknown_reason=f"upstream {host}:{port} unreachable: {exc or type(exc).__name__}"
+            unknown_reason=f"upstream {host}:{port} unreachable: "
+            f"{explain_upstream_error(exc) if str(exc) else type(exc).__name__}"
         )
     except (_Refused, CodecError, FrameError) as exc:
         return GroupSettings(unknown_reason=f"upstream {host}:{port}: {exc}")

@@ -10,10 +10,13 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from harness.broker import Broker, BrokerError, start_broker
+from harness.broker import Broker, BrokerError, SecureListener, start_broker
+from harness.certs import CertAuthority, Leaf
 from harness.lines import KAFKA_4X, KAFKA_39
 from harness.maven import MavenError, missing_tools
 
@@ -39,8 +42,9 @@ def broker_factory() -> Iterator[BrokerFactory]:
         kafka_version: str = KAFKA_39,
         new_coordinator: bool | None = None,
         extra_config: dict[str, str] | None = None,
+        secure_listeners: tuple[SecureListener, ...] = (),
     ) -> Broker:
-        key = (kafka_version, new_coordinator, tuple(sorted((extra_config or {}).items())))
+        key = (kafka_version, new_coordinator, tuple(sorted((extra_config or {}).items())), secure_listeners)
         broker = running.get(key)
         if broker is not None and broker.is_running():
             return broker
@@ -50,7 +54,9 @@ def broker_factory() -> Iterator[BrokerFactory]:
             oldest = next(iter(running))
             running.pop(oldest).stop()
         try:
-            broker = start_broker(kafka_version, new_coordinator, extra_config, progress=None)
+            broker = start_broker(
+                kafka_version, new_coordinator, extra_config, progress=None, secure_listeners=secure_listeners
+            )
         except (BrokerError, MavenError) as exc:
             pytest.fail(f"could not start Kafka {kafka_version}: {exc}", pytrace=False)
         running[key] = broker
@@ -71,6 +77,49 @@ def kafka_39(broker_factory: BrokerFactory) -> Broker:
 def kafka_4x(broker_factory: BrokerFactory) -> Broker:
     """The newest Kafka 4.x on Maven Central (new group coordinator, the only one in 4.1+)."""
     return broker_factory(KAFKA_4X)
+
+
+# Credentials of the `secure_broker` (issue 12): distinctive so a grep of captures and logs finds them.
+SASL_USERS = (("alice", "alice-plain-secret-7f3a9c"), ("bob", "bob-scram-secret-91bd2e"))
+
+
+@dataclass(frozen=True)
+class SecureBroker:
+    """A Kafka 3.9 broker with SSL, MTLS (SSL, client certificate required), SASL_PLAINTEXT and
+    SASL_SSL listeners beside PLAINTEXT; SASL users `SASL_USERS` for PLAIN and SCRAM-SHA-512.
+    `ca` signs the broker's certificate and `client` (a client certificate the broker trusts)."""
+
+    broker: Broker
+    ca: CertAuthority
+    client: Leaf
+    directory: Path
+
+    def listener(self, name: str) -> str:
+        return self.broker.listener_bootstrap(name)
+
+
+@pytest.fixture(scope="session")
+def secure_broker(broker_factory: BrokerFactory, tmp_path_factory: pytest.TempPathFactory) -> SecureBroker:
+    """One broker for every TLS/SASL test of the session (the certificates are made here)."""
+    from harness.certs import CertError, make_ca
+
+    directory = tmp_path_factory.mktemp("tls")
+    try:
+        ca = make_ca(directory)
+        server = ca.issue("broker")
+        client = ca.issue("client")
+    except CertError as exc:
+        pytest.skip(f"cannot make test certificates: {exc}")
+    tls = {"keystore_pem": str(server.bundle), "truststore_pem": str(ca.cert)}
+    sasl = {"mechanisms": ("PLAIN", "SCRAM-SHA-512"), "users": SASL_USERS}
+    listeners = (
+        SecureListener("SSL", **tls),
+        SecureListener("SSL", **tls, client_auth="required", listener_name="MTLS"),
+        SecureListener("SASL_PLAINTEXT", **sasl),  # type: ignore[arg-type]
+        SecureListener("SASL_SSL", **tls, **sasl),  # type: ignore[arg-type]
+    )
+    broker = broker_factory(KAFKA_39, new_coordinator=False, secure_listeners=listeners)
+    return SecureBroker(broker, ca, client, directory)
 
 
 @pytest.fixture

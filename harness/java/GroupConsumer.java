@@ -87,6 +87,13 @@ public final class GroupConsumer {
     p.put("session.timeout.ms", String.valueOf(sessionTimeoutMs));
     p.put("heartbeat.interval.ms", String.valueOf(Math.max(100, sessionTimeoutMs / 5)));
     p.put("partition.assignment.strategy", "org.apache.kafka.clients.consumer.RangeAssignor");
+    // Extra client settings (security.protocol, ssl.*, sasl.*) from a properties file, when given.
+    String extra = System.getProperty("group.replay.client.properties");
+    if (extra != null) {
+      try (java.io.FileInputStream in = new java.io.FileInputStream(extra)) {
+        p.load(in);
+      }
+    }
 
     final KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p);
     final CountDownLatch closed = new CountDownLatch(1);
