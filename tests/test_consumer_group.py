@@ -314,3 +314,35 @@ def test_invariants_under_any_sequence(ops: list[tuple[str, int]], assignor: str
         assert group.state.value == "Stable"
         owned = sorted(p for m in active for parts in m.assigned.values() for p in parts)
         assert owned == list(range(partitions))
+
+
+def test_kio_adapters_encode_what_serve_will_answer() -> None:
+    """replay.coordinator.consumer.wire: responses encode through proxy.wire in v0 and v1."""
+    from proxy.wire import decode_request, decode_response, encode_request, encode_response
+    from replay.coordinator.consumer.wire import (
+        describe_response_to_kio,
+        heartbeat_from_kio,
+        heartbeat_response_from_kio,
+        heartbeat_response_to_kio,
+        heartbeat_to_kio,
+    )
+
+    coordinator = _coordinator()
+    a = Client(coordinator, "a", instance_id="pod-a")
+    answer = a.beat(0)
+    topic_names = {t.topic_id: t.name for t in coordinator.topics.values()}
+    for api_version in (0, 1):
+        request = HeartbeatRequest("g", "a", 2, owned=dict(a.owned), api_version=api_version)
+        _, decoded = decode_request(encode_request(heartbeat_to_kio(request, api_version), 1, "c")[4:])
+        assert heartbeat_from_kio(decoded, api_version) == request
+        wire = encode_response(heartbeat_response_to_kio(answer, api_version), 1)
+        assert heartbeat_response_from_kio(decode_response(wire[4:], 68, api_version)[1]) == answer
+        described = coordinator.describe(["g", "missing"])
+        wire = encode_response(describe_response_to_kio(described, api_version, topic_names), 2)
+        groups = decode_response(wire[4:], 69, api_version)[1].groups
+        assert [int(g.error_code) for g in groups] == [0, GROUP_ID_NOT_FOUND]
+        assert groups[0].group_state == "Stable" and groups[0].assignor_name == "uniform"
+        member = groups[0].members[0]
+        assert (member.member_id, member.instance_id, int(member.member_epoch)) == ("a", "pod-a", 2)
+        assert [tuple(tp.partitions) for tp in member.assignment.topic_partitions] == [(0, 1, 2, 3)]
+        assert member.assignment.topic_partitions[0].topic_name == "t"
