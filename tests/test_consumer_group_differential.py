@@ -24,6 +24,7 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i8
 
+from harness.admin import create_topic
 from harness.lines import KAFKA_4X
 from proxy.wire import decode_response, encode_request
 from replay.coordinator.consumer import (
@@ -114,13 +115,34 @@ class Member:
 class Side:
     """One side of the comparison: the broker or the reference, behind one `send`."""
 
-    def __init__(self, topics: dict[str, int], ids: dict[str, uuid.UUID], connection: KafkaConnection | None):
+    def __init__(
+        self,
+        topics: dict[str, int],
+        ids: dict[str, uuid.UUID],
+        connection: KafkaConnection | None,
+        late: tuple[str, int] | None = None,
+        bootstrap: str = "",
+    ):
+        self.late = late  # a topic the members subscribe to before it exists (step "create_late")
+        self.bootstrap = bootstrap
         self.connection = connection
         self.now_ms = 1_000
         self.ids = ids
         self.reference = ConsumerGroupCoordinator(ConsumerGroupConfig(assignment_interval_ms=0))
         for name, partitions in topics.items():
             self.reference.add_topic(name, partitions, ids[name])
+
+    def create_late(self) -> None:
+        """The broker side creates the topic (and learns its id, shared with the reference side
+        through `ids`); the reference side adds it to its metadata image with that id."""
+        assert self.late is not None
+        name, partitions = self.late
+        if self.connection is None:
+            self.reference.add_topic(name, partitions, self.ids[name])
+            return
+        create_topic(self.bootstrap, name, partitions)
+        self.ids.update(topic_ids(self.connection, [name]))
+        await_topics_in_group_coordinator(self.connection, {name: partitions})
 
     def send(self, request: HeartbeatRequest) -> HeartbeatResponse:
         self.now_ms += 10
@@ -145,9 +167,9 @@ def play(
     """Returns one observation per step: (step, error, epoch, partitions owned after it)."""
     members: dict[str, Member] = {}
     seen: list[tuple[Any, ...]] = []
-    names = {v: k for k, v in side.ids.items()}
 
     def owned_view(member: Member) -> tuple[str, ...]:
+        names = {v: k for k, v in side.ids.items()}  # grows when a late topic is created
         return tuple(sorted(f"{names[t]}-{p}" for t, parts in member.owned.items() for p in parts))
 
     def beat(key: str, epoch: int | None = None, *, member_id: str | None = None) -> HeartbeatResponse:
@@ -188,6 +210,9 @@ def play(
                 r = beat(key, epoch)
                 seen.append((step, r.error_code, r.member_epoch))
                 del members[key]
+            case ("create_late",):
+                side.create_late()
+                seen.append((step,))
             case ("settle",):
                 # Every member heartbeats until a round changes nothing.
                 for _ in range(10):
@@ -228,7 +253,14 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
         [("join", "a", D), ("settle",), ("beat_epoch", "a", 7), ("join", "b", D), ("beat_epoch", "b", 0),
          ("settle",)],
     ),
+    "topic-created-after-subscribing": (
+        {"t": 2},
+        "range",
+        [("join", "a", D), ("join", "b", D), ("settle",), ("create_late",), ("beat", "a"), ("settle",)],
+    ),
 }  # fmt: skip
+# Scenarios whose members also subscribe to a topic created only at the step "create_late".
+LATE = {"topic-created-after-subscribing": 3}
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -241,12 +273,16 @@ def test_reference_matches_kafka_4_3(name: str, broker_factory, make_topic) -> N
         ids = topic_ids(connection, list(created))
         await_topics_in_group_coordinator(connection, created)
         group_id = f"g-{name}-{uuid.uuid4().hex[:8]}"
-        topics = tuple(created)
-        observed = play(Side(created, ids, connection), group_id, topics, steps, assignor)
-        expected = play(Side(created, ids, None), group_id, topics, steps, assignor)
+        late = (f"cg-late-{uuid.uuid4().hex[:8]}", LATE[name]) if name in LATE else None
+        topics = tuple(created) + ((late[0],) if late else ())
+        kafka = Side(created, ids, connection, late, broker.bootstrap)
+        observed = play(kafka, group_id, topics, steps, assignor)
+        expected = play(Side(created, ids, None, late), group_id, topics, steps, assignor)
     finally:
         connection.close()
     assert expected == observed
+    if late is not None:  # the late topic was assigned once it existed
+        assert f"{late[0]}-0" in repr(observed[-1])
 
 
 def test_unknown_group_and_member_match_kafka(broker_factory) -> None:

@@ -155,10 +155,17 @@ def _error(code: ErrorCode, message: str) -> HeartbeatError:
 
 @dataclass(slots=True)
 class ConsumerGroupCoordinator:
-    """All consumer groups of one coordinator. `topics` is the metadata image (by name)."""
+    """All consumer groups of one coordinator.
+
+    `topic_partitions` is the metadata image, name -> partition count; `coordinator serve` passes
+    its own dict, so topics it creates (auto-creation on Metadata) are seen here at once. Topic ids
+    are `uuid5(NAMESPACE_URL, "group-replay:<name>")` as serve's Metadata answers them, unless
+    `add_topic` names one (the differential tests use the real broker's ids).
+    """
 
     config: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
-    topics: dict[str, TopicImage] = field(default_factory=dict)
+    topic_partitions: dict[str, int] = field(default_factory=dict)
+    topic_id_overrides: dict[str, UUID] = field(default_factory=dict)
     groups: dict[str, ConsumerGroup] = field(default_factory=dict)
     timers: KeyedTimers = field(default_factory=KeyedTimers)
     events: list[ConsumerGroupEvent] = field(default_factory=list)
@@ -168,18 +175,38 @@ class ConsumerGroupCoordinator:
     # -- metadata ------------------------------------------------------------------------------
 
     def add_topic(self, name: str, partitions: int, topic_id: UUID | None = None) -> TopicImage:
-        image = TopicImage(
-            name, topic_id or uuid.uuid5(uuid.NAMESPACE_URL, f"kafka-topic:{name}"), partitions
-        )
-        self.topics[name] = image
-        return image
+        self.topic_partitions[name] = partitions
+        if topic_id is not None:
+            self.topic_id_overrides[name] = topic_id
+        return TopicImage(name, self.topic_id(name), partitions)
+
+    def topic_id(self, name: str) -> UUID:
+        found = self.topic_id_overrides.get(name)
+        return found if found is not None else uuid.uuid5(uuid.NAMESPACE_URL, f"group-replay:{name}")
+
+    @property
+    def topics(self) -> dict[str, TopicImage]:
+        return {n: TopicImage(n, self.topic_id(n), p) for n, p in self.topic_partitions.items()}
 
     def topic_ids(self, names: Iterable[str]) -> frozenset[UUID]:
         """TopicIds: subscribed names that exist in the image (the others match nothing yet)."""
-        return frozenset(self.topics[n].topic_id for n in names if n in self.topics)
+        return frozenset(self.topic_id(n) for n in names if n in self.topic_partitions)
 
     def _partition_counts(self) -> dict[UUID, int]:
-        return {t.topic_id: t.partitions for t in self.topics.values()}
+        return {self.topic_id(n): p for n, p in self.topic_partitions.items()}
+
+    def _metadata_hash(self, names: Iterable[str]) -> frozenset[tuple[str, int]]:
+        """ModernGroup.computeMetadataHash stand-in: what the image says of the subscribed topics."""
+        return frozenset((n, self.topic_partitions[n]) for n in names if n in self.topic_partitions)
+
+    def _subscribed_names(self, group: ConsumerGroup, updated: ConsumerGroupMember | None) -> set[str]:
+        names: set[str] = set()
+        for m in group.members.values():
+            if updated is None or m.member_id != updated.member_id:
+                names |= m.subscribed_topic_names
+        if updated is not None:
+            names |= updated.subscribed_topic_names
+        return names
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -373,9 +400,14 @@ class ConsumerGroupCoordinator:
             group.update_member(member)
             if target:
                 group.target[member.member_id] = target
+        # updateSubscriptionMetadata: a subscription change, or a change in what the metadata image
+        # says of the subscribed topics (Kafka's metadata hash; a topic created after the members
+        # subscribed to it), bumps the group epoch once.
+        metadata_hash = self._metadata_hash(self._subscribed_names(group, updated))
+        if names_changed or metadata_hash != group.metadata_hash:
+            group.group_epoch += 1
+            group.metadata_hash = metadata_hash
         group_epoch = group.group_epoch
-        if names_changed or regex_changed:
-            group_epoch = group.group_epoch = group.group_epoch + 1
         target_epoch, target = self._maybe_update_target(now_ms, group, group_epoch, member, updated)
         reconciled = updated
         if names_changed or regex_changed or not updated.is_reconciled_to(target_epoch):
@@ -515,6 +547,7 @@ class ConsumerGroupCoordinator:
         """consumerGroupFenceMembers (no downgrade: classic groups are not modelled here)."""
         group.remove_member(member.member_id)
         group.group_epoch += 1
+        group.metadata_hash = self._metadata_hash(self._subscribed_names(group, None))
         for key in ("session-timeout", "rebalance-timeout"):
             self.timers.cancel(f"{key}-{group.group_id}-{member.member_id}")
         self.events.append(

@@ -197,6 +197,7 @@ class ConsumerGroup:
     group_id: str
     group_epoch: int = 1  # Kafka 4.3.1 ModernGroup starts a new group at epoch 1 (the first join makes it 2)
     assignment_epoch: int = 0
+    metadata_hash: frozenset[tuple[str, int]] = frozenset()  # of the subscribed topics, at the last bump
     assignment_timestamp_ms: int | None = None  # Kafka's 0 ("never computed"); virtual time may be 0
     members: dict[str, ConsumerGroupMember] = field(default_factory=dict)  # join order
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
