@@ -7,7 +7,9 @@ ids), so the broker and the reference see the same ids and the uniform assignor'
 member order is the same on both. The broker runs with group.consumer.assignment.interval.ms=0 so
 a target assignment follows every group epoch bump at once (4.3's default of 1000 ms batches them
 by wall clock, which a step-by-step comparison cannot reproduce; the reference models the interval,
-tested in test_consumer_group.py).
+tested in test_consumer_group.py) and a 10 s session timeout, so the timeout scenarios wait ~13 s:
+a static member that stops heartbeating is fenced by its session timeout, a member that does not
+revoke within its own rebalance timeout (2 s) is fenced, and the survivors get everything.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from replay.coordinator.consumer import (
 from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
 
 NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 16, 14, 15
-BROKER_CONFIG = {"group.consumer.assignment.interval.ms": "0"}
+SESSION_TIMEOUT_MS = 10_000  # small enough to wait for in a test, large enough for a slow machine
+BROKER_CONFIG = {
+    "group.consumer.assignment.interval.ms": "0",
+    "group.consumer.min.session.timeout.ms": "5000",
+    "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+}
+REFERENCE_CONFIG = ConsumerGroupConfig(assignment_interval_ms=0, session_timeout_ms=SESSION_TIMEOUT_MS)
 
 
 class KafkaConnection:
@@ -108,6 +116,7 @@ def await_topics_in_group_coordinator(connection: KafkaConnection, topics: dict[
 class Member:
     member_id: str
     instance_id: str | None = None
+    rebalance_timeout_ms: int = 60_000
     epoch: int = 0
     owned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
 
@@ -128,9 +137,16 @@ class Side:
         self.connection = connection
         self.now_ms = 1_000
         self.ids = ids
-        self.reference = ConsumerGroupCoordinator(ConsumerGroupConfig(assignment_interval_ms=0))
+        self.reference = ConsumerGroupCoordinator(REFERENCE_CONFIG)
         for name, partitions in topics.items():
             self.reference.add_topic(name, partitions, ids[name])
+
+    def pass_ms(self, ms: int) -> None:
+        if self.connection is None:
+            self.now_ms += ms
+            self.reference.advance(self.now_ms)
+        else:
+            time.sleep(ms / 1000)
 
     def create_late(self) -> None:
         """The broker side creates the topic (and learns its id, shared with the reference side
@@ -182,7 +198,7 @@ def play(
                 member_id=member_id or member.member_id,
                 member_epoch=sent_epoch,
                 instance_id=member.instance_id,
-                rebalance_timeout_ms=60_000 if joining else -1,
+                rebalance_timeout_ms=member.rebalance_timeout_ms if joining else -1,
                 subscribed_topic_names=topics if joining else None,
                 server_assignor=assignor if joining else None,
                 owned={} if joining else dict(member.owned),
@@ -196,8 +212,8 @@ def play(
 
     for step in steps:
         match step:
-            case ("join", key, instance):
-                members[key] = Member(f"{group_id}-{key}-{len(seen)}", instance)
+            case ("join", key, instance, *timeout):
+                members[key] = Member(f"{group_id}-{key}-{len(seen)}", instance, *timeout)
                 r = beat(key)
                 seen.append((step, r.error_code, r.member_epoch, owned_view(members[key])))
             case ("beat", key):
@@ -210,6 +226,18 @@ def play(
                 r = beat(key, epoch)
                 seen.append((step, r.error_code, r.member_epoch))
                 del members[key]
+            case ("wait", wait_ms, alive):
+                # Only the `alive` members heartbeat (every second) while time passes; the others
+                # have stopped. Nothing is recorded: when a timer fires between two heartbeats
+                # differs between wall and virtual time; the next "settle" compares the outcome.
+                for _ in range(wait_ms // 1000):
+                    side.pass_ms(1000)
+                    for key in alive:
+                        beat(key)
+                gone = [k for k, m in members.items() if k not in alive]
+                for key in gone:
+                    del members[key]
+                seen.append((step,))
             case ("create_late",):
                 side.create_late()
                 seen.append((step,))
@@ -251,6 +279,18 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
         {"t": 3},
         None,
         [("join", "a", D), ("settle",), ("beat_epoch", "a", 7), ("join", "b", D), ("beat_epoch", "b", 0),
+         ("settle",)],
+    ),
+    "session-timeout-fences": (
+        {"t": 4},
+        None,
+        [("join", "a", D), ("join", "b", "pod-b"), ("settle",), ("wait", SESSION_TIMEOUT_MS + 3000, ("a",)),
+         ("settle",), ("beat_epoch", "a", 0)],
+    ),
+    "rebalance-timeout-fences-a-member-that-does-not-revoke": (
+        {"t": 4},
+        None,
+        [("join", "a", D, 2000), ("settle",), ("join", "b", D), ("beat", "a"), ("wait", 4000, ("b",)),
          ("settle",)],
     ),
     "topic-created-after-subscribing": (
