@@ -256,8 +256,12 @@ def test_java_hashes() -> None:
 )
 def test_invariants_under_any_sequence(ops: list[tuple[str, int]], assignor: str, partitions: int) -> None:
     """No partition is owned by two members; a member's epoch never goes down while it stays; once
-    every member has heartbeated to a fixed point, the group is Stable and owns every partition."""
+    every member has heartbeated to a fixed point, the group is Stable and owns every partition of
+    every subscribed topic. Members subscribe to "t", "u" or both (by their number), so the uniform
+    assignor runs both its homogeneous and heterogeneous builders."""
     coordinator = _coordinator(partitions, interval_ms=0)
+    coordinator.add_topic("u", 3)
+    subscriptions = (("t",), ("u",), ("t", "u"))
     clients: dict[int, Client] = {}
     now = 0
     epochs: dict[str, int] = {}
@@ -269,6 +273,7 @@ def test_invariants_under_any_sequence(ops: list[tuple[str, int]], assignor: str
                 client = clients[who] = Client(
                     coordinator,
                     f"m{who}-{now}",
+                    topics=subscriptions[who % 3],
                     instance_id=f"pod-{who}" if who % 2 else None,
                     assignor=assignor,
                 )
@@ -312,8 +317,12 @@ def test_invariants_under_any_sequence(ops: list[tuple[str, int]], assignor: str
     active = [m for m in group.members.values() if m.member_epoch >= 0]
     if len(active) == len(group.members):
         assert group.state.value == "Stable"
-        owned = sorted(p for m in active for parts in m.assigned.values() for p in parts)
-        assert owned == list(range(partitions))
+        owned = sorted((t, p) for m in active for t, parts in m.assigned.items() for p in parts)
+        names = {n for m in active for n in m.subscribed_topic_names}
+        expected = {
+            (coordinator.topic_id(n), p) for n in names for p in range(coordinator.topic_partitions[n])
+        }
+        assert owned == sorted(expected)
 
 
 def test_kio_adapters_encode_what_serve_will_answer() -> None:

@@ -117,6 +117,7 @@ class Member:
     member_id: str
     instance_id: str | None = None
     rebalance_timeout_ms: int = 60_000
+    subscription: tuple[str, ...] | None = None  # None: every topic of the scenario
     epoch: int = 0
     owned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
 
@@ -178,7 +179,12 @@ class Side:
 
 
 def play(
-    side: Side, group_id: str, topics: tuple[str, ...], steps: list[tuple[Any, ...]], assignor: str | None
+    side: Side,
+    group_id: str,
+    topics: tuple[str, ...],
+    steps: list[tuple[Any, ...]],
+    assignor: str | None,
+    logical: dict[str, str] | None = None,
 ):
     """Returns one observation per step: (step, error, epoch, partitions owned after it)."""
     members: dict[str, Member] = {}
@@ -199,7 +205,7 @@ def play(
                 member_epoch=sent_epoch,
                 instance_id=member.instance_id,
                 rebalance_timeout_ms=member.rebalance_timeout_ms if joining else -1,
-                subscribed_topic_names=topics if joining else None,
+                subscribed_topic_names=(member.subscription or topics) if joining else None,
                 server_assignor=assignor if joining else None,
                 owned={} if joining else dict(member.owned),
             )
@@ -212,8 +218,13 @@ def play(
 
     for step in steps:
         match step:
-            case ("join", key, instance, *timeout):
-                members[key] = Member(f"{group_id}-{key}-{len(seen)}", instance, *timeout)
+            case ("join", key, instance, *more):
+                # optional: the member's rebalance timeout, then the logical topics it subscribes to
+                subscription = tuple((logical or {})[t] for t in more[1]) if len(more) > 1 else None
+                member = Member(f"{group_id}-{key}-{len(seen)}", instance, subscription=subscription)
+                if more:
+                    member.rebalance_timeout_ms = more[0]
+                members[key] = member
                 r = beat(key)
                 seen.append((step, r.error_code, r.member_epoch, owned_view(members[key])))
             case ("beat", key):
@@ -293,6 +304,19 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
         [("join", "a", D, 2000), ("settle",), ("join", "b", D), ("beat", "a"), ("wait", 4000, ("b",)),
          ("settle",)],
     ),
+    "uniform-heterogeneous-subscriptions": (
+        {"t": 5, "u": 3, "v": 2},
+        "uniform",
+        [("join", "a", D, 60_000, ("t", "u")), ("join", "b", D, 60_000, ("u", "v")), ("settle",),
+         ("join", "c", D, 60_000, ("t", "u", "v")), ("settle",), ("join", "d", D, 60_000, ("v",)),
+         ("settle",), ("leave", "a", -1), ("settle",)],
+    ),
+    "range-heterogeneous-subscriptions": (
+        {"t": 5, "u": 3},
+        "range",
+        [("join", "a", D, 60_000, ("t", "u")), ("join", "b", "pod-b", 60_000, ("u",)), ("join", "c", D),
+         ("settle",)],
+    ),
     "topic-created-after-subscribing": (
         {"t": 2},
         "range",
@@ -316,8 +340,9 @@ def test_reference_matches_kafka_4_3(name: str, broker_factory, make_topic) -> N
         late = (f"cg-late-{uuid.uuid4().hex[:8]}", LATE[name]) if name in LATE else None
         topics = tuple(created) + ((late[0],) if late else ())
         kafka = Side(created, ids, connection, late, broker.bootstrap)
-        observed = play(kafka, group_id, topics, steps, assignor)
-        expected = play(Side(created, ids, None, late), group_id, topics, steps, assignor)
+        logical = dict(zip(partitions, created, strict=True))
+        observed = play(kafka, group_id, topics, steps, assignor, logical)
+        expected = play(Side(created, ids, None, late), group_id, topics, steps, assignor, logical)
     finally:
         connection.close()
     assert expected == observed
