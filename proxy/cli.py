@@ -179,7 +179,7 @@ def _print_summary(server: ProxyServer, recorder: Any | None) -> None:
     )
     if recorder is not None:
         size = recorder.path.stat().st_size if recorder.path.exists() else 0
-        line += f"; capture {recorder.path} ({size} bytes, record scope {recorder.record_scope})"
+        line += f"; capture {recorder.path} ({size} bytes), record scope {recorder.record_scope}"
         if recorder.error is not None:
             line += f"; capture writer error: {recorder.error}"
     print(line, flush=True)

@@ -134,7 +134,16 @@ async def _describe(host: str, port: int, tls: ssl.SSLContext | None) -> GroupSe
             raise _Refused(f"ApiVersions: {ErrorCode(int(versions.error_code)).name}")
         ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys}
         label = broker_version_label(ranges)
-        node_id = await _node_id(link, ranges, host, port)
+        try:
+            node_id = await _node_id(link, ranges, host, port)
+        except (OSError, asyncio.IncompleteReadError):
+            # SASL listeners answer ApiVersions, then close on anything before a login: the proxy
+            # relays its clients' logins and never logs in itself.
+            return GroupSettings(
+                broker_version=label,
+                unknown_reason="the broker closed the connection after ApiVersions (a SASL listener?: "
+                "the proxy relays its clients' logins and does not log in itself)",
+            )
         describe_version = _version(ranges, ApiKey.DESCRIBE_CONFIGS, 4)  # DescribeConfigs
         if node_id is None or describe_version is None:
             reason = "the broker's node id is not in Metadata" if describe_version else "no DescribeConfigs"
