@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i8
@@ -35,7 +36,11 @@ from replay.coordinator.consumer import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
-from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
+from replay.coordinator.consumer.wire import (
+    describe_response_to_kio,
+    heartbeat_response_from_kio,
+    heartbeat_to_kio,
+)
 
 NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 16, 14, 15
 SESSION_TIMEOUT_MS = 10_000  # small enough to wait for in a test, large enough for a slow machine
@@ -141,6 +146,46 @@ class Side:
         self.reference = ConsumerGroupCoordinator(REFERENCE_CONFIG)
         for name, partitions in topics.items():
             self.reference.add_topic(name, partitions, ids[name])
+
+    def describe(self, group_id: str) -> tuple[Any, ...]:
+        """ConsumerGroupDescribe v1 of one group, as (error, state, epochs, assignor, members)."""
+        if self.connection is None:
+            entity = describe_response_to_kio(
+                self.reference.describe([group_id]), 1, {v: k for k, v in self.ids.items()}
+            )
+        else:
+            entity = self.connection.call(
+                ConsumerGroupDescribeRequest(group_ids=(group_id,), include_authorized_operations=False)
+            )
+        group = entity.groups[0]
+
+        def view(assignment: Any) -> tuple[str, ...]:
+            return tuple(
+                sorted(f"{tp.topic_name}-{p}" for tp in assignment.topic_partitions for p in tp.partitions)
+            )
+
+        members = tuple(
+            sorted(
+                (
+                    m.member_id,
+                    m.instance_id,
+                    int(m.member_epoch),
+                    tuple(sorted(m.subscribed_topic_names)),
+                    view(m.assignment),
+                    view(m.target_assignment),
+                    int(m.member_type),
+                )
+                for m in group.members
+            )
+        )
+        return (
+            int(group.error_code),
+            group.group_state,
+            int(group.group_epoch),
+            int(group.assignment_epoch),
+            group.assignor_name,
+            members,
+        )
 
     def pass_ms(self, ms: int) -> None:
         if self.connection is None:
@@ -249,6 +294,8 @@ def play(
                 for key in gone:
                     del members[key]
                 seen.append((step,))
+            case ("describe",):
+                seen.append((step, side.describe(group_id)))
             case ("create_late",):
                 side.create_late()
                 seen.append((step,))
@@ -271,7 +318,8 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
     "uniform-join-revoke-assign": (
         {"t": 6},
         None,
-        [("join", "a", D), ("settle",), ("join", "b", D), ("beat", "a"), ("beat", "b"), ("beat", "a"),
+        [("join", "a", D), ("settle",), ("join", "b", D), ("describe",), ("beat", "a"), ("describe",),
+         ("beat", "b"), ("beat", "a"),
          ("beat", "b"), ("join", "c", D), ("settle",)],
     ),
     "range-leave-and-rejoin": (
@@ -284,7 +332,7 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
         {"t": 4},
         "uniform",
         [("join", "a", "pod-a"), ("join", "b", "pod-b"), ("settle",), ("leave", "b", -2),
-         ("join", "a2", "pod-a"), ("join", "b", "pod-b"), ("settle",)],
+         ("describe",), ("join", "a2", "pod-a"), ("join", "b", "pod-b"), ("settle",), ("describe",)],
     ),
     "fencing-and-unknown-members": (
         {"t": 3},
@@ -309,7 +357,7 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
         "uniform",
         [("join", "a", D, 60_000, ("t", "u")), ("join", "b", D, 60_000, ("u", "v")), ("settle",),
          ("join", "c", D, 60_000, ("t", "u", "v")), ("settle",), ("join", "d", D, 60_000, ("v",)),
-         ("settle",), ("leave", "a", -1), ("settle",)],
+         ("settle",), ("leave", "a", -1), ("describe",), ("settle",), ("describe",)],
     ),
     "range-heterogeneous-subscriptions": (
         {"t": 5, "u": 3},
@@ -345,7 +393,12 @@ def test_reference_matches_kafka_4_3(name: str, broker_factory, make_topic) -> N
         expected = play(Side(created, ids, None, late), group_id, topics, steps, assignor, logical)
     finally:
         connection.close()
-    assert expected == observed
+    differences = [
+        f"step {i}: kafka {k!r}\n        reference {r!r}"
+        for i, (k, r) in enumerate(zip(observed, expected, strict=True))
+        if k != r
+    ]
+    assert not differences, "\n".join(differences)
     if late is not None:  # the late topic was assigned once it existed
         assert f"{late[0]}-0" in repr(observed[-1])
 

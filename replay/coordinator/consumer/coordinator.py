@@ -611,7 +611,11 @@ class ConsumerGroupCoordinator:
                     m.client_host,
                     tuple(sorted(m.subscribed_topic_names)),
                     m.subscribed_topic_regex,
-                    m.assigned,
+                    # asConsumerGroupDescribeMember: the member still answers for what it must revoke
+                    {
+                        t: m.assigned.get(t, frozenset()) | m.pending_revocation.get(t, frozenset())
+                        for t in {*m.assigned, *m.pending_revocation}
+                    },
                     group.target.get(m.member_id, {}),
                 )
                 for m in group.members.values()
