@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -355,3 +356,41 @@ def test_kio_adapters_encode_what_serve_will_answer() -> None:
         assert (member.member_id, member.instance_id, int(member.member_epoch)) == ("a", "pod-a", 2)
         assert [tuple(tp.partitions) for tp in member.assignment.topic_partitions] == [(0, 1, 2, 3)]
         assert member.assignment.topic_partitions[0].topic_name == "t"
+
+
+def test_service_answers_kio_requests_and_respects_classic_groups() -> None:
+    """replay.coordinator.consumer.service: what the coordinator's dispatch calls for 68/69."""
+    from replay.coordinator.consumer.service import ConsumerGroupService
+    from replay.coordinator.consumer.wire import heartbeat_to_kio
+
+    topics = {"t": 2}
+    service = ConsumerGroupService(ConsumerGroupConfig(assignment_interval_ms=0), topics)
+    classic = {"old-empty": "Empty", "old-busy": "Stable"}
+    dropped: list[str] = []
+
+    def beat(group_id: str, epoch: int = 0, member_id: str = "m1") -> Any:
+        request = HeartbeatRequest(
+            group_id, member_id, epoch, rebalance_timeout_ms=1000, subscribed_topic_names=("t",), owned={}
+        )
+        return service.heartbeat(
+            0, heartbeat_to_kio(request), 1, "client", "/127.0.0.1", classic.get, dropped.append
+        )
+
+    answer = beat("g")
+    assert int(answer.error_code) == 0 and int(answer.member_epoch) == 2
+    assert [tuple(tp.partitions) for tp in answer.assignment.topic_partitions] == [(0, 1)]
+    assert int(beat("old-busy").error_code) == GROUP_ID_NOT_FOUND  # online upgrade not modelled
+    assert int(beat("old-busy", epoch=3).error_code) == GROUP_ID_NOT_FOUND
+    assert int(beat("old-empty").error_code) == 0 and dropped == ["old-empty"]
+    topics["t"] = 3  # serve created a partition: seen at the next heartbeat (epoch bump)
+    assert int(beat("g", epoch=2).member_epoch) == 3
+    assert service.validate_offset_commit("g", "m1", None, 3, 9) == 0
+    assert service.validate_offset_commit("g", "m1", None, 2, 9) == 113  # STALE_MEMBER_EPOCH
+    assert service.validate_offset_commit("g", "m1", None, 3, 8) == 35  # v9+ for the consumer protocol
+    assert service.validate_offset_commit("g", "nobody", None, 3, 9) == UNKNOWN_MEMBER_ID
+    assert service.validate_offset_fetch("g", None, -1) == 0
+    assert service.classic_join_error("g") == 23 and service.classic_join_error("other") is None
+    assert {(g.group_id, g.group_state) for g in service.listed_groups()} == {
+        ("g", "Stable"),
+        ("old-empty", "Stable"),
+    }
