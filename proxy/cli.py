@@ -87,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept a broker certificate that names another host (the chain is still verified)",
     )
+    parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at /metrics and health checks at /health/live, /health/ready",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -162,6 +167,8 @@ async def _run(config: ProxyConfig, record: str | None, record_scope: RecordScop
                 loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
         host, port = await server.start()
         print(f"proxy listening on {host}:{port} -> {config.upstream[0]}:{config.upstream[1]}", flush=True)
+        if server.metrics_address is not None:
+            print("metrics on http://{}:{}/metrics".format(*server.metrics_address), flush=True)
         await stop.wait()
     finally:
         await server.close()
@@ -192,6 +199,7 @@ def main(argv: list[str]) -> int:
     try:
         upstream = parse_hostport(args.upstream)
         listen = parse_hostport(args.listen)
+        metrics = None if args.metrics is None else parse_hostport(args.metrics)
     except ValueError as exc:
         print(f"group-replay proxy: {exc}", file=sys.stderr)
         return 2
@@ -206,6 +214,7 @@ def main(argv: list[str]) -> int:
         advertised_host=args.advertise_host,
         max_frame_bytes=args.max_frame_bytes,
         max_buffered_bytes=args.max_buffered_bytes,
+        metrics=metrics,
     )
     try:
         config.tls = _tls(args)

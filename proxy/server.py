@@ -32,6 +32,7 @@ from proxy.addressing import AddressRewriter
 from proxy.capture.header import RecordScope
 from proxy.session import (
     DEFAULT_MAX_BUFFERED_BYTES,
+    ApiCounts,
     BufferBudget,
     Close,
     PassThrough,
@@ -71,6 +72,7 @@ class ProxyConfig:
     policy: RewritePolicy = field(default_factory=PassThrough)
     tls: TlsContexts | None = None  # TLS on the client leg, the upstream leg, or both
     tls_check_interval_s: float = 1.0  # how often certificate files are checked for changes
+    metrics: tuple[str, int] | None = None  # serve Prometheus metrics and health checks here
 
 
 @dataclass
@@ -83,12 +85,24 @@ class ProxyStats:
     group_requests: int = 0
     rewrites: int = 0
     closed_on_error: int = 0
+    # Of closed connections only (the metrics add the open ones at scrape time).
+    client_bytes: int = 0
+    upstream_bytes: int = 0
+    api_counts: ApiCounts = field(default_factory=ApiCounts)
 
     def add(self, session: ProxySession) -> None:
         self.requests += session.requests
         self.responses += session.responses
         self.group_requests += session.group_requests
         self.rewrites += session.rewrites
+
+    def absorb(self, session: ProxySession) -> None:
+        """A closed connection's counters, all of them, into the totals."""
+        self.add(session)
+        self.client_bytes += session.client_bytes
+        self.upstream_bytes += session.upstream_bytes
+        if session.api_counts is not None:
+            self.api_counts.add(session.api_counts)
 
 
 class UpstreamHealth:
@@ -151,6 +165,9 @@ class ProxyServer:
         self.record_api_keys: frozenset[int] | None = RecordScope(scope).api_keys
         self.tls = config.tls
         self._tls_watch: asyncio.Task[None] | None = None
+        self.upstream_errors = 0  # upstream connections that failed or broke (metrics)
+        self._metrics: Any = None
+        self.metrics_address: tuple[str, int] | None = None
 
     @property
     def client_ssl(self) -> Any:
@@ -176,6 +193,7 @@ class ProxyServer:
                 self.reload_tls()
 
     def upstream_failed(self, upstream: tuple[str, int], error: str) -> None:
+        self.upstream_errors += 1
         line = self.health.setdefault(upstream, UpstreamHealth()).failed(
             time.monotonic(), "{}:{}".format(*upstream), error
         )
@@ -189,8 +207,8 @@ class ProxyServer:
             log.info("%s", line)
 
     def summary(self) -> ProxyStats:
-        """Totals over closed and still-open connections."""
-        totals = ProxyStats(**vars(self.stats))
+        """Totals over closed and still-open connections (the scalar counters)."""
+        totals = ProxyStats(**{k: v for k, v in vars(self.stats).items() if k != "api_counts"})
         for connection in self.connections.values():
             totals.add(connection.session)
         return totals
@@ -212,6 +230,11 @@ class ProxyServer:
         )
         if self.tls is not None and self.tls.enabled:
             self._tls_watch = loop.create_task(self._watch_tls())
+        if self.config.metrics is not None:
+            from proxy.metrics import MetricsEndpoint
+
+            self._metrics = MetricsEndpoint(self)
+            self.metrics_address = await self._metrics.start(*self.config.metrics)
         self._servers[upstream] = server
         port = int(server.sockets[0].getsockname()[1])
         self.bootstrap = (self.advertised_host, port)
@@ -247,6 +270,8 @@ class ProxyServer:
     async def close(self) -> None:
         if self._tls_watch is not None:
             self._tls_watch.cancel()
+        if self._metrics is not None:
+            await self._metrics.close()
         for task in self._pending_servers:
             await task
         for server in self._servers.values():
@@ -287,6 +312,7 @@ class _ClientSide(asyncio.Protocol):
             addresses=server.addresses,
             max_frame_bytes=server.config.max_frame_bytes,
             budget=server.budget,
+            count_apis=server.config.metrics is not None,
         )
         self.recorder = recorder
         self.client: asyncio.Transport | None = None
@@ -441,7 +467,7 @@ class _ClientSide(asyncio.Protocol):
         """Take this connection out of the server's table, its counters into the totals (once)."""
         self.session.release()  # the budget's bytes, also when no close was recorded
         if self.server.connections.pop(self.conn, None) is not None:
-            self.server.stats.add(self.session)
+            self.server.stats.absorb(self.session)
 
     def abort(self, reason: str, quiet: bool = False) -> None:
         """Close this connection (both sides) because of `reason`; logged once (`quiet`: at debug
@@ -476,6 +502,7 @@ class _ClientSide(asyncio.Protocol):
         host, port = self.upstream_address
         detail = f": {explain_upstream_error(exc)}" if exc else ""
         self.closing = True
+        self.server.upstream_errors += 1
         log.warning(
             "conn %d (client %s): upstream %s:%d closed the connection%s",
             self.conn,
@@ -534,6 +561,7 @@ class BackgroundProxy:
         self._loop = asyncio.new_event_loop()
         self._started: concurrent.futures.Future[tuple[str, int]] = concurrent.futures.Future()
         self._stop: asyncio.Event | None = None
+        self.server: ProxyServer | None = None  # read-only from other threads (metrics address)
         self._thread = threading.Thread(target=self._run, name="proxy", daemon=True)
         self._thread.start()
         host, port = self._started.result(timeout=30)
@@ -542,6 +570,7 @@ class BackgroundProxy:
     def _run(self) -> None:
         async def main() -> None:
             server = ProxyServer(self.config, self.recorder)
+            self.server = server
             self._stop = asyncio.Event()
             try:
                 address = await server.start()

@@ -400,6 +400,31 @@ class _Direction:
 # ---------------------------------------------------------------------------------------------
 # The session
 
+API_KEY_SLOTS = 128  # Kafka's API keys are below this (kio knows up to 92); unknown ones never count
+
+
+class ApiCounts:
+    """Frames and bytes per API key (list index) in each direction, for the proxy's metrics."""
+
+    __slots__ = ("request_bytes", "requests", "response_bytes", "responses")
+
+    def __init__(self) -> None:
+        self.requests = [0] * API_KEY_SLOTS
+        self.request_bytes = [0] * API_KEY_SLOTS
+        self.responses = [0] * API_KEY_SLOTS
+        self.response_bytes = [0] * API_KEY_SLOTS
+
+    def add(self, other: ApiCounts) -> None:
+        for mine, theirs in (
+            (self.requests, other.requests),
+            (self.request_bytes, other.request_bytes),
+            (self.responses, other.responses),
+            (self.response_bytes, other.response_bytes),
+        ):
+            for index, value in enumerate(theirs):
+                if value:
+                    mine[index] += value
+
 
 class ProxySession:
     """Relays one client connection to its upstream broker.
@@ -421,8 +446,12 @@ class ProxySession:
         addresses: AddressRewriter | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         budget: BufferBudget | None = None,
+        count_apis: bool = False,
     ) -> None:
         self.conn = conn
+        # Per API key (index): frames and bytes (size prefix included) each way, when asked for
+        # (`count_apis`, the proxy's --metrics); a None check per frame otherwise.
+        self.api_counts: ApiCounts | None = ApiCounts() if count_apis else None
         self.record = record
         self._record_all = record and record_api_keys is None
         self._record_keys: frozenset[int] = (record_api_keys or frozenset()) if record else frozenset()
@@ -549,12 +578,16 @@ class ProxySession:
         now_ns = self._now_ns
         maximum = self._max_frame_bytes
         before = len(pending)
+        counts = self.api_counts
         while n - pos >= 12:
             size, api_key, api_version, correlation_id = unpack(data, pos)
             end = pos + 4 + size
             if end > n or size < REQUEST_PREFIX_BYTES or size > maximum or api_key not in opaque:
                 break
             append((api_key, api_version, correlation_id, client_id, api_version, None, now_ns))
+            if counts is not None:
+                counts.requests[api_key] += 1
+                counts.request_bytes[api_key] += 4 + size
             pos = end
         self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
@@ -570,6 +603,7 @@ class ProxySession:
         held_keys = self._held_response_keys
         maximum = self._max_frame_bytes
         before = len(pending)
+        counts = self.api_counts
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -579,6 +613,9 @@ class ProxySession:
             if head[P_CORRELATION_ID] != correlation_id or head[P_API_KEY] in held_keys:
                 break
             popleft()
+            if counts is not None:
+                counts.responses[head[P_API_KEY]] += 1
+                counts.response_bytes[head[P_API_KEY]] += 4 + size
             pos = end
         self.responses += before - len(pending)
         return pos
@@ -597,6 +634,7 @@ class ProxySession:
         now_ns = self._now_ns
         maximum = self._max_frame_bytes
         before = len(pending)
+        counts = self.api_counts
         while n - pos >= 14:
             size, api_key, api_version, correlation_id, client_id_len = unpack(data, pos)
             end = pos + 4 + size
@@ -621,6 +659,9 @@ class ProxySession:
                     break
             payload = data[pos + 4 : end]
             append((api_key, api_version, correlation_id, client_id, api_version, None, now_ns))
+            if counts is not None:
+                counts.requests[api_key] += 1
+                counts.request_bytes[api_key] += 4 + size
             emit(
                 new_record(
                     (conn, "request", now_ns, api_key, api_version, api_version, correlation_id,
@@ -646,6 +687,7 @@ class ProxySession:
         address_keys = self._address_keys
         maximum = self._max_frame_bytes
         before = len(pending)
+        counts = self.api_counts
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -655,6 +697,9 @@ class ProxySession:
             if head[P_CORRELATION_ID] != correlation_id or head[P_API_KEY] in address_keys:
                 break
             popleft()
+            if counts is not None:
+                counts.responses[head[P_API_KEY]] += 1
+                counts.response_bytes[head[P_API_KEY]] += 4 + size
             payload = data[pos + 4 : end]
             emit(
                 new_record(
@@ -678,6 +723,9 @@ class ProxySession:
         if api_key not in KNOWN_API_KEYS:
             # No header field is quoted: these bytes may be a secret (a raw SASL token).
             raise ProtocolViolation(f"a {size}-byte frame that is not a Kafka request (unknown api_key)")
+        if self.api_counts is not None:
+            self.api_counts.requests[api_key] += 1
+            self.api_counts.request_bytes[api_key] += 4 + size
         decoded = api_key in GROUP_API_KEYS or (api_key == ApiKey.SASL_HANDSHAKE and api_version == 0)
         if decoded and not supports(api_key, api_version):
             raise ProtocolViolation(
@@ -804,6 +852,9 @@ class ProxySession:
             raise ProtocolViolation(f"truncated response header ({size} bytes)")
         request = self.table.pop(peek_correlation_id(source, offset))
         self.responses += 1
+        if self.api_counts is not None:
+            self.api_counts.responses[request.api_key] += 1
+            self.api_counts.response_bytes[request.api_key] += 4 + size
         self._response_for = request
         self._response_policy = self._passthrough is False and self.policy.wants_response(request)
         hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)
@@ -846,6 +897,7 @@ class ProxySession:
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED_BYTES",
+    "ApiCounts",
     "BudgetExceeded",
     "BufferBudget",
     "Close",

@@ -433,8 +433,8 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
     request_chunks = _chunks(requests, cuts)
     response_chunks = _chunks(responses, [c * 7 for c in cuts])
     keys = RecordScope.GROUP.api_keys
-    fast = ProxySession(1, record=True, record_api_keys=keys)
-    slow = ProxySession(1, record=True, record_api_keys=keys)
+    fast = ProxySession(1, record=True, record_api_keys=keys, count_apis=True)
+    slow = ProxySession(1, record=True, record_api_keys=keys, count_apis=True)
     slow._requests.scan = slow._responses.scan = None
     fast_out = _exchange(fast, request_chunks, response_chunks)
     slow_out = _exchange(slow, request_chunks, response_chunks)
@@ -447,10 +447,22 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
     assert sorted((r.correlation_id, r.direction) for r in records if r.direction == "request") == expected
     assert sum(r.direction == "response" for r in records) == len(expected)
     assert {r.api_key for r in records} <= {12, 3}
+    # The metrics' per-API counters agree between the paths and with the input.
+    assert fast.api_counts is not None and slow.api_counts is not None
+    assert vars_of(fast.api_counts) == vars_of(slow.api_counts)
+    assert sum(fast.api_counts.request_bytes) == len(requests)
+    assert sum(fast.api_counts.response_bytes) == len(responses)
+    assert fast.api_counts.requests[0] == sum(kind == "produce" for kind, _ in frames)
     assert fast.pending_requests == 0
     assert (fast.client_bytes, fast.upstream_bytes) == (len(requests), len(responses))
     [closed] = fast.connection_closed(5, "done")
     assert isinstance(closed, Closed) and (closed.client_bytes, closed.upstream_bytes) == (
         len(requests),
         len(responses),
+    )
+
+
+def vars_of(counts: object) -> tuple[list[int], ...]:
+    return tuple(
+        getattr(counts, name) for name in ("requests", "request_bytes", "responses", "response_bytes")
     )
