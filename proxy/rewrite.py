@@ -11,12 +11,17 @@ process; the proxy applies them to live clients. YAML:
                                         `proxy.wire.convert`); the response is converted back to the
                                         version the client asked for
     membership:                         per-client membership edits, first match wins
-      - match: {client_id: "svc-*"}     or {ordinal: 0} (order of first JoinGroup seen)
-        action: add | strip             add or strip group.instance.id
-        instance_id: "{client_id}"      template for add: {client_id} {ordinal}
+      - match: {client_id: "svc-*"}     or {ordinal: 0} (order of first JoinGroup seen), or
+                                        {instance_id: glob} (as the client sent it), {all: true}
+        membership: static | dynamic    add or strip group.instance.id (as-recorded: leave it);
+                                        the older spelling `action: add | strip` is still read
+        instance_id: "{client_id}"      template for static: {client_id} {ordinal}
     allow_drop: [reason]                fields a lossy conversion may drop; a request whose
                                         conversion would drop anything else goes upstream as the
                                         client sent it (and `refused` counts it)
+
+The membership words are `proxy.membership`'s, the same a replay scenario uses; the file is read by
+`proxy.yaml_reader`, so every error names the file, line and field (`PolicyError`).
 
 Membership edits on a request whose version cannot carry `group_instance_id` (JoinGroup below v5,
 SyncGroup/Heartbeat below v3, OffsetCommit below v7, LeaveGroup below v3) re-encode it upward to the
@@ -25,13 +30,18 @@ first version that can, when the broker advertised it; the response goes back in
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from proxy.membership import (
+    LEGACY_ACTIONS,
+    MemberSelector,
+    Membership,
+    read_instance_id,
+    read_selector,
+    render_instance_id,
+)
 from proxy.wire import (
     CodecError,
     PendingRequest,
@@ -40,12 +50,11 @@ from proxy.wire import (
     decode_response,
     encode_request,
     encode_response,
-    supports,
 )
 from proxy.wire.apis import ApiKey, api_name
 from proxy.wire.convert import ConversionError, convert
+from proxy.yaml_reader import YamlInputError, YamlReader, compose, read_text
 
-API_BY_NAME: dict[str, int] = {api_name(key): int(key) for key in ApiKey}
 API_VERSIONS = int(ApiKey.API_VERSIONS)
 # First version of each API that carries group_instance_id (KIP-345).
 INSTANCE_ID_SINCE: dict[int, int] = {
@@ -57,21 +66,26 @@ INSTANCE_ID_SINCE: dict[int, int] = {
 }
 
 
-class PolicyError(ValueError):
+# What a policy's `match:` may name (replay's member_key and leader are unknown to the proxy) and
+# the placeholders its instance_id template may use.
+POLICY_SELECTOR_KEYS = ("client_id", "ordinal", "instance_id", "all")
+POLICY_PLACEHOLDERS = ("client_id", "ordinal")
+
+
+class PolicyError(YamlInputError):
     """A policy file that is not valid: the message names the file, line and field."""
 
 
 @dataclass(frozen=True, slots=True)
 class MembershipEdit:
-    action: str  # "add" | "strip"
-    client_id: str | None = None  # glob
-    ordinal: int | None = None
-    instance_id: str = "{client_id}"
+    """One `membership:` rule: members matching `match` become `membership`."""
 
-    def matches(self, client_id: str, ordinal: int | None) -> bool:
-        if self.client_id is not None and not fnmatch.fnmatchcase(client_id, self.client_id):
-            return False
-        return self.ordinal is None or self.ordinal == ordinal
+    membership: Membership
+    match: MemberSelector = field(default_factory=MemberSelector)
+    instance_id: str = "{client_id}"  # template for static (checked by proxy.membership)
+
+    def matches(self, client_id: str, ordinal: int | None, instance_id: str | None) -> bool:
+        return self.match.matches(client_id=client_id, ordinal=ordinal, instance_id=instance_id)
 
 
 @dataclass(slots=True)
@@ -147,8 +161,11 @@ class RewritePolicy:
             if api_key == ApiKey.JOIN_GROUP:
                 self.ordinal_of(client_id)
             ordinal = self.ordinals.get(client_id)
-            edit = next((e for e in self.membership if e.matches(client_id, ordinal)), None)
-            if edit is not None and edit.action == "add":
+            sent = _sent_instance_id(entity)
+            edit = next((e for e in self.membership if e.matches(client_id, ordinal, sent)), None)
+            if edit is not None and edit.membership == Membership.AS_RECORDED:
+                edit = None  # matched, and left as the client sent it
+            if edit is not None and edit.membership == Membership.STATIC:
                 target_version = max(target_version, INSTANCE_ID_SINCE[api_key])
         result = entity
         if target_version != api_version:
@@ -172,9 +189,21 @@ class RewritePolicy:
         return result
 
 
+def _sent_instance_id(entity: Any) -> str | None:
+    """The group.instance.id the client sent (JoinGroup & co, or LeaveGroup v3+'s first member)."""
+    if hasattr(entity, "group_instance_id"):
+        return entity.group_instance_id  # type: ignore[no-any-return]
+    members = getattr(entity, "members", None)
+    if members and hasattr(members[0], "group_instance_id"):
+        return members[0].group_instance_id  # type: ignore[no-any-return]
+    return None
+
+
 def _edit_instance_id(entity: Any, edit: MembershipEdit, client_id: str, ordinal: int) -> Any:
     instance_id = (
-        edit.instance_id.format(client_id=client_id, ordinal=ordinal) if edit.action == "add" else None
+        render_instance_id(edit.instance_id, client_id=client_id, ordinal=ordinal)
+        if edit.membership == Membership.STATIC
+        else None
     )
     if hasattr(entity, "group_instance_id"):
         if entity.group_instance_id == instance_id:
@@ -187,119 +216,71 @@ def _edit_instance_id(entity: Any, edit: MembershipEdit, client_id: str, ordinal
 
 
 # ---------------------------------------------------------------------------------------------
-# YAML
+# YAML (proxy.yaml_reader; membership words from proxy.membership)
 
 
-def _fail(source: str, node: yaml.Node, path: str, message: str) -> PolicyError:
-    return PolicyError(f"{source}:{node.start_mark.line + 1}: {path}: {message}")
-
-
-def _scalar(source: str, node: yaml.Node, path: str) -> Any:
-    if not isinstance(node, yaml.ScalarNode):
-        raise _fail(source, node, path, "expected a value")
-    return yaml.safe_load(yaml.serialize(node))
-
-
-def _mapping(
-    source: str, node: yaml.Node, path: str, allowed: set[str] | None
-) -> list[tuple[str, yaml.Node, yaml.Node]]:
-    if not isinstance(node, yaml.MappingNode):
-        raise _fail(source, node, path, "expected a mapping")
-    out = []
-    for key_node, value_node in node.value:
-        key = str(key_node.value)
-        if allowed is not None and key not in allowed:
-            raise _fail(
-                source,
-                key_node,
-                f"{path}.{key}" if path else key,
-                f"unknown key (allowed: {', '.join(sorted(allowed))})",
+def _membership_edit(r: YamlReader, node: Any, path: str) -> MembershipEdit:
+    fields = r.mapping(node, path, {"match", "membership", "action", "instance_id"}, {"match"})
+    if "membership" in fields and "action" in fields:
+        raise r.fail(fields["action"], f"{path}.action", "give membership (or the older action), not both")
+    if "membership" in fields:
+        membership = r.choice(fields["membership"], f"{path}.membership", Membership)
+    elif "action" in fields:
+        action = r.string(fields["action"], f"{path}.action")
+        if action not in LEGACY_ACTIONS:
+            raise r.fail(
+                fields["action"],
+                f"{path}.action",
+                f"{action!r} is not add or strip (or write membership: static | dynamic | as-recorded)",
             )
-        out.append((key, key_node, value_node))
-    return out
-
-
-def _versions(source: str, node: yaml.Node, path: str) -> dict[int, int]:
-    result = {}
-    for name, key_node, value_node in _mapping(source, node, path, None):
-        if name not in API_BY_NAME:
-            raise _fail(source, key_node, f"{path}.{name}", f"unknown API {name!r}")
-        value = _scalar(source, value_node, f"{path}.{name}")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _fail(source, value_node, f"{path}.{name}", f"expected an integer version, got {value!r}")
-        if not supports(API_BY_NAME[name], value):
-            raise _fail(source, value_node, f"{path}.{name}", f"{name} has no version {value}")
-        result[API_BY_NAME[name]] = value
-    return result
+        membership = LEGACY_ACTIONS[action]
+    else:
+        raise r.fail(node, f"{path}.membership", "required key is missing (static | dynamic | as-recorded)")
+    instance_id = "{client_id}"
+    if "instance_id" in fields:
+        if membership != Membership.STATIC:
+            raise r.fail(
+                fields["instance_id"], f"{path}.instance_id", "only a static member has an instance id"
+            )
+        instance_id = read_instance_id(r, fields["instance_id"], f"{path}.instance_id", POLICY_PLACEHOLDERS)
+    return MembershipEdit(
+        membership=membership,
+        match=read_selector(r, fields["match"], f"{path}.match", POLICY_SELECTOR_KEYS),
+        instance_id=instance_id,
+    )
 
 
 def parse_policy(text: str, source: str) -> RewritePolicy:
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{source}: not valid YAML: {exc}") from exc
-    if root is None:
-        return RewritePolicy(name=Path(source).stem)
+    """Parse and validate a policy; raises PolicyError naming source, line and field."""
+    root = compose(text, source, PolicyError)
     policy = RewritePolicy(name=Path(source).stem)
-    for key, _, node in _mapping(
-        source, root, "", {"name", "api_versions", "reencode", "membership", "allow_drop"}
-    ):
-        match key:
-            case "name":
-                policy.name = str(_scalar(source, node, "name"))
-            case "api_versions":
-                policy.api_version_caps = _versions(source, node, "api_versions")
-            case "reencode":
-                policy.reencode = _versions(source, node, "reencode")
-            case "allow_drop":
-                if not isinstance(node, yaml.SequenceNode):
-                    raise _fail(source, node, "allow_drop", "expected a list of field names")
-                policy.allow_drop = frozenset(str(_scalar(source, n, "allow_drop")) for n in node.value)
-            case "membership":
-                if not isinstance(node, yaml.SequenceNode):
-                    raise _fail(source, node, "membership", "expected a list")
-                edits = []
-                for i, item in enumerate(node.value):
-                    path = f"membership[{i}]"
-                    fields = {
-                        k: v for k, _, v in _mapping(source, item, path, {"match", "action", "instance_id"})
-                    }
-                    if "match" not in fields or "action" not in fields:
-                        raise _fail(source, item, path, "needs match and action")
-                    action = _scalar(source, fields["action"], f"{path}.action")
-                    if action not in ("add", "strip"):
-                        raise _fail(
-                            source, fields["action"], f"{path}.action", f"{action!r} is not add or strip"
-                        )
-                    match_fields = {
-                        k: _scalar(source, v, f"{path}.match.{k}")
-                        for k, _, v in _mapping(
-                            source, fields["match"], f"{path}.match", {"client_id", "ordinal"}
-                        )
-                    }
-                    ordinal = match_fields.get("ordinal")
-                    if ordinal is not None and (isinstance(ordinal, bool) or not isinstance(ordinal, int)):
-                        raise _fail(source, fields["match"], f"{path}.match.ordinal", "expected an integer")
-                    edits.append(
-                        MembershipEdit(
-                            action=action,
-                            client_id=match_fields.get("client_id"),
-                            ordinal=ordinal,
-                            instance_id=str(_scalar(source, fields["instance_id"], f"{path}.instance_id"))
-                            if "instance_id" in fields
-                            else "{client_id}",
-                        )
-                    )
-                policy.membership = tuple(edits)
+    if root is None:
+        return policy
+    r = YamlReader(source, PolicyError)
+    fields = r.mapping(root, "", {"name", "api_versions", "reencode", "membership", "allow_drop"})
+    if "name" in fields:
+        policy.name = r.string(fields["name"], "name")
+    if "api_versions" in fields:
+        policy.api_version_caps = {
+            k: v for k, v, _ in r.api_versions(fields["api_versions"], "api_versions", False)
+        }
+    if "reencode" in fields:
+        policy.reencode = {k: v for k, v, _ in r.api_versions(fields["reencode"], "reencode", False)}
+    if "allow_drop" in fields:
+        policy.allow_drop = frozenset(
+            r.string(n, f"allow_drop[{i}]")
+            for i, n in enumerate(r.sequence(fields["allow_drop"], "allow_drop"))
+        )
+    if "membership" in fields:
+        policy.membership = tuple(
+            _membership_edit(r, n, f"membership[{i}]")
+            for i, n in enumerate(r.sequence(fields["membership"], "membership"))
+        )
     return policy
 
 
 def load_policy(path: str | Path) -> RewritePolicy:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return parse_policy(text, str(path))
+    return parse_policy(read_text(path, PolicyError), str(path))
 
 
 __all__ = ["MembershipEdit", "PolicyError", "RewritePolicy", "load_policy", "parse_policy"]

@@ -2,7 +2,7 @@
 
     group-replay replay CAPTURE... [--scenario NAME|FILE] [--against reference|HOST:PORT|broker:VERSION]
                         --out DIR [--speed X] [--progress on|off]
-    group-replay scenarios list | show NAME
+    group-replay scenarios list | show NAME|FILE
 
 The reference run and a broker `replay` starts (broker:VERSION) use the recorded broker's group
 settings from the capture header, Kafka's defaults where it says nothing; a live run is named
@@ -24,7 +24,7 @@ from typing import Any
 
 from replay.brokers import group_settings
 from replay.events import EventName, RebalanceEvent, write_jsonl, write_parquet
-from replay.scenario import ScenarioError, builtin_names, builtin_text, load_builtin, resolve_scenario
+from replay.scenario import ScenarioError, builtin_names, load_builtin, resolve_scenario, scenario_text
 
 
 def _console(stderr: bool = False) -> Any:
@@ -43,8 +43,8 @@ def scenarios_main(argv: list[str]) -> int:
     )
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="names and one-line descriptions")
-    show = sub.add_parser("show", help="print one scenario's YAML")
-    show.add_argument("name")
+    show = sub.add_parser("show", help="check one scenario (built-in name or YAML file) and print its YAML")
+    show.add_argument("name", metavar="NAME|FILE")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -61,7 +61,7 @@ def scenarios_main(argv: list[str]) -> int:
         _console().print(table)
         return 0
     try:
-        text = builtin_text(args.name)
+        text = scenario_text(args.name)
     except ScenarioError as exc:
         print(f"group-replay scenarios: {exc}", file=sys.stderr)
         return 2
@@ -120,6 +120,7 @@ def _compared_with(run: str, scenario_name: str) -> str:
 def _print_summary(
     events: list[RebalanceEvent], results: list[tuple[str, Any]], scenario_name: str, settings: dict[str, str]
 ) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"replay summary - scenario {scenario_name}")
@@ -143,10 +144,12 @@ def _print_summary(
         result = by_run.get((session, run))
         verdict = "-"
         if result is not None and result.not_run is not None:
-            verdict = f"[yellow]not run[/]: {result.not_run}"
+            verdict = f"[yellow]not run[/]: {escape(result.not_run)}"
         elif result is not None:
             verdict = (
-                "[green]pass[/]" if not result.failures else "[red]FAIL[/]: " + "; ".join(result.failures)
+                "[green]pass[/]"
+                if not result.failures
+                else "[red]FAIL[/]: " + escape("; ".join(result.failures))
             )
         table.add_row(
             session,
@@ -218,7 +221,7 @@ def replay_main(argv: list[str]) -> int:
         if args.speed <= 0:
             raise ValueError("--speed must be > 0")
     except (ScenarioError, ValueError) as exc:
-        err.print(f"group-replay replay: {exc}")
+        err.print(f"group-replay replay: {exc}", markup=False)
         return 2
 
     from proxy.capture.reader import CaptureFormatError, read_capture
@@ -232,10 +235,10 @@ def replay_main(argv: list[str]) -> int:
             capture = read_capture(path)
             plan = build_plan(capture, path.stem)
         except FileNotFoundError:
-            err.print(f"group-replay replay: {path}: no such file")
+            err.print(f"group-replay replay: {path}: no such file", markup=False)
             return 2
         except (CaptureFormatError, ReplayInputError, OSError) as exc:
-            err.print(f"group-replay replay: {path}: {exc}")
+            err.print(f"group-replay replay: {path}: {exc}", markup=False)
             return 2
         if capture.damage:
             err.print(f"[yellow]{path}: capture damaged ({capture.damage}); replaying what was read[/]")
@@ -275,7 +278,7 @@ def replay_main(argv: list[str]) -> int:
                     ),
                 )
         except (ValueError, OSError, RuntimeError) as exc:
-            err.print(f"group-replay replay: {plan.session_id}: {exc}")
+            err.print(f"group-replay replay: {plan.session_id}: {exc}", markup=False)
             return 2
         events.extend(result.events)
         results.append((plan.session_id, result))
@@ -297,13 +300,15 @@ def replay_main(argv: list[str]) -> int:
     settings = {plan.session_id: group_settings(plan.group_settings).describe() for plan in plans}
     _print_summary(events, results, scenario.name, settings)
     _console().print(f"wrote {len(events)} events to {target_file}")
+    from rich.markup import escape  # scenario globs and reasons are text, never markup
+
     not_run = [(session, r) for session, r in results if r.not_run is not None]
     for session, r in not_run:
-        err.print(f"[yellow]{session} {r.run}: scenario {scenario.name} cannot apply: {r.not_run}[/]")
+        err.print(f"[yellow]{session} {r.run}: scenario {scenario.name} cannot apply: {escape(r.not_run)}[/]")
     failed = [(session, r) for session, r in results if r.failures]
     for session, r in failed:
         for failure in r.failures:
-            err.print(f"[red]{session} {r.run}: expectation failed: {failure}[/]")
+            err.print(f"[red]{session} {r.run}: expectation failed: {escape(failure)}[/]")
     if not_run:
         return 2  # the scenario cannot apply to this target: a usage error, kept as not_run rows
     return 1 if failed else 0

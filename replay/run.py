@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from proxy.membership import render_instance_id
 from proxy.wire import response_schema
 from replay.brokers import group_settings
 from replay.clock import VirtualClock
@@ -54,6 +55,10 @@ from replay.scenario import (
     Scenario,
     VersionRule,
 )
+
+MAX_ROLLING_SPAN_MS = 6 * 3_600_000
+"""Longest rolling bounce a run carries out (members x rolling.interval_ms): the per-value bounds of
+replay.scenario cannot know the group's size, and a reference run simulates every heartbeat."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +258,13 @@ class Runner:
             first_bounce = settle_ms + rolling.start_ms
             self.window_start_ms = first_bounce
             count = len(self.seats)
+            if count * rolling.interval_ms > MAX_ROLLING_SPAN_MS:
+                hours = count * rolling.interval_ms / 3_600_000
+                raise ValueError(
+                    f"{scenario.source}: rolling.interval_ms: a bounce of {count} members every "
+                    f"{rolling.interval_ms} ms spans {hours:.1f} h, more than "
+                    f"{MAX_ROLLING_SPAN_MS // 3_600_000} h: lower the interval"
+                )
             for index in range(count):
                 self.at(first_bounce + index * rolling.interval_ms, self._bounce, index)
             end_ms = max(end_ms, first_bounce + count * rolling.interval_ms + rolling.downtime_ms)
@@ -336,7 +348,9 @@ def _apply_settings(seat: Seat, settings: MemberSettings, broker_caps: tuple[Ver
 
 
 def _instance_id(template: str, script: MemberScript) -> str:
-    return template.format(client_id=script.client_id, ordinal=script.ordinal, member_key=script.member_key)
+    return render_instance_id(
+        template, client_id=script.client_id, ordinal=script.ordinal, member_key=script.member_key
+    )
 
 
 def _matches(selector: MemberSelector, seat: Seat) -> bool:

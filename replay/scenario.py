@@ -5,60 +5,84 @@ each member uses (a cap, or an exact version, changing as a rolling bounce proce
 are static or dynamic (add or strip `group.instance.id` by client-id pattern or member ordinal), the
 order and pacing of bounces, faults on group APIs, and what must hold afterwards.
 
-Every error names the file, line and field (`scenario.yaml:12: rolling.order: ...`): the YAML is
-read as `yaml.compose` nodes, which keep their marks. Schema (all keys optional unless noted):
+Every error names the file, line and field (`scenario.yaml:12: rolling.order: ...`): the file is
+read by `proxy.yaml_reader` (the reader rewrite policies use too), and any input gives a Scenario or
+a ScenarioError, never another exception. The membership words (`match`, `membership`,
+`instance_id`) are `proxy.membership`'s, shared with rewrite policies. Schema (all keys optional
+unless noted; every number is bounded, ranges in brackets):
 
-    name: str                      (required)  description: str  (required)
+    name: str                      (required: letters, digits, . _ + -; not `as-recorded`)
+    description: str               (required)
     duration_ms: int               how long to run after the recorded traffic ends (default 30000)
+                                   [1..3600000]
     broker_api_versions: {Api: v}  ApiVersions caps the coordinator advertises (a broker downgrade)
     members:                       per-member settings from the start, first match wins
       - match: {client_id: glob, ordinal: int, instance_id: glob, member_key: glob, leader: bool, all: true}
+                                   ordinal [0..1000000]
         membership: static | dynamic | as-recorded
-        instance_id: template      for static members: {client_id} {ordinal} {member_key}
-        api_versions: {Api: v | {max: v}}     exact version, or a cap
+        instance_id: template      for static members: {client_id} {ordinal} {member_key} only, no
+                                   format specs; at most 249 characters of text (Kafka's limit)
+        api_versions: {Api: v | {max: v}}     exact version, or a cap (a version kio knows)
     rolling:                       a rolling bounce of the members
       members: [selector...]       which members (default all), in ordinal order
       order: ordinal | reverse | leader-first | leader-last
-      start_ms, interval_ms, downtime_ms: int      when the first bounce starts, the gap between
-                                   bounces, how long a bounced member stays down
+      start_ms, interval_ms, downtime_ms: int      when the first bounce starts [0..3600000], the
+                                   gap between bounces [0..1800000], how long a bounced member stays
+                                   down [0..1800000] (Kafka's group.max.session.timeout.ms default)
       leave_on_shutdown: dynamic | always | never  who sends LeaveGroup when stopping (default
                                    dynamic: what the Java consumer does)
       after: {membership, instance_id, api_versions}   what a bounced member comes back as
     faults:
       - match: selector  api: Api  kind: delay | drop | error
-        at_ms: int  count: int (default 1)  delay_ms: int  error_code: int
+        at_ms: int [0..3600000]  count: int (default 1) [1..10000]  delay_ms: int [0..1800000]
+        error_code: int [-1..32767]
     expect:
       rebalances: int | {min: int, max: int}   rebalance_started events in the replayed run
-      fenced: int | [member_key glob]  expired: int | [glob]
+      fenced: int | [member_key glob]  expired: int | [glob]      counts [0..1000000]
       leader_skips_assignment: bool            some rejoining leader got SkipAssignment (or none did)
-      errors: [int]                            error codes that must appear (others may too)
+      errors: [int]                            error codes that must appear (others may too) [-1..32767]
+
+The bounds keep a reference replay (simulated time, members heartbeating every few seconds) to
+seconds of work: an interval of 2^31 ms would simulate weeks of heartbeats.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from proxy.wire import supports
-from proxy.wire.apis import ApiKey, api_name
+from proxy.membership import (
+    PLACEHOLDERS,
+    SELECTOR_KEYS,
+    MemberSelector,
+    Membership,
+    read_instance_id,
+    read_selector,
+)
+from proxy.yaml_reader import YamlInputError, YamlReader, compose, read_text
 
 DEFAULT_DURATION_MS = 30_000
 
+# Bounds of every number a scenario gives (documented above).
+MAX_SPAN_MS = 3_600_000  # duration_ms, rolling.start_ms, faults.at_ms: one hour of simulated time
+MAX_GAP_MS = 1_800_000  # rolling.interval_ms, downtime_ms, faults.delay_ms: group.max.session.timeout.ms
+MAX_FAULT_COUNT = 10_000
+MAX_EXPECTED_COUNT = 1_000_000
+ERROR_CODE_RANGE = (-1, 32767)  # Kafka error codes are int16; -1 is UNKNOWN_SERVER_ERROR
 
-class ScenarioError(ValueError):
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+"""A scenario's name: it names runs in the events table, the report and file names."""
+
+
+class ScenarioError(YamlInputError):
     """A scenario file that is not valid: the message names the file, line and field."""
-
-
-class Membership(StrEnum):
-    STATIC = "static"
-    DYNAMIC = "dynamic"
-    AS_RECORDED = "as-recorded"
 
 
 class BounceOrder(StrEnum):
@@ -78,42 +102,6 @@ class FaultKind(StrEnum):
     DELAY = "delay"
     DROP = "drop"
     ERROR = "error"
-
-
-# API names a scenario may use: Kafka's names (`JoinGroup`) of the group APIs plus ApiVersions' peers.
-API_BY_NAME: dict[str, int] = {api_name(key): int(key) for key in ApiKey}
-
-
-@dataclass(frozen=True, slots=True)
-class MemberSelector:
-    """Which members: all given conditions must hold (no condition: every member)."""
-
-    client_id: str | None = None  # glob
-    ordinal: int | None = None  # order of first appearance in the capture, from 0
-    instance_id: str | None = None  # glob on the recorded group.instance.id
-    member_key: str | None = None  # glob
-    leader: bool | None = None  # the group's leader when the rule is applied
-
-    def matches(
-        self,
-        *,
-        client_id: str,
-        ordinal: int,
-        instance_id: str | None,
-        member_key: str,
-        is_leader: bool = False,
-    ) -> bool:
-        if self.leader is not None and is_leader != self.leader:
-            return False
-        if self.client_id is not None and not fnmatch.fnmatchcase(client_id, self.client_id):
-            return False
-        if self.ordinal is not None and ordinal != self.ordinal:
-            return False
-        if self.instance_id is not None and (
-            instance_id is None or not fnmatch.fnmatchcase(instance_id, self.instance_id)
-        ):
-            return False
-        return self.member_key is None or fnmatch.fnmatchcase(member_key, self.member_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,127 +212,17 @@ AS_RECORDED = Scenario(name="as-recorded", description="the capture replayed as 
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading and validation on yaml.compose nodes (they keep line numbers)
+# Loading and validation (proxy.yaml_reader: nodes keep their line numbers)
+
+_MEMBER_SETTING_KEYS = {"membership", "instance_id", "api_versions"}
 
 
-class _Reader:
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, node: yaml.Node, path: str, message: str) -> ScenarioError:
-        return ScenarioError(f"{self.source}:{node.start_mark.line + 1}: {path}: {message}")
-
-    def mapping(
-        self, node: yaml.Node, path: str, allowed: set[str], required: frozenset[str] | set[str] = frozenset()
-    ) -> dict[str, yaml.Node]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, path, f"expected a mapping, got {_kind(node)}")
-        out: dict[str, yaml.Node] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if not isinstance(key, str) or key not in allowed:
-                raise self.fail(
-                    key_node,
-                    f"{path}.{key}" if path else str(key),
-                    f"unknown key (allowed: {', '.join(sorted(allowed))})",
-                )
-            if key in out:
-                raise self.fail(key_node, f"{path}.{key}" if path else key, "duplicate key")
-            out[key] = value_node
-        for key in sorted(required - set(out)):
-            raise self.fail(node, f"{path}.{key}" if path else key, "required key is missing")
-        return out
-
-    def sequence(self, node: yaml.Node, path: str) -> list[yaml.Node]:
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.fail(node, path, f"expected a list, got {_kind(node)}")
-        return list(node.value)
-
-    def scalar(self, node: yaml.Node, path: str) -> Any:
-        if not isinstance(node, yaml.ScalarNode):
-            raise self.fail(node, path, f"expected a value, got {_kind(node)}")
-        return yaml.safe_load(yaml.serialize(node))
-
-    def string(self, node: yaml.Node, path: str) -> str:
-        value = self.scalar(node, path)
-        if not isinstance(value, str):
-            raise self.fail(node, path, f"expected a string, got {value!r}")
-        return value
-
-    def integer(self, node: yaml.Node, path: str, minimum: int | None = 0) -> int:
-        value = self.scalar(node, path)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(node, path, f"expected an integer, got {value!r}")
-        if minimum is not None and value < minimum:
-            raise self.fail(node, path, f"must be >= {minimum}, got {value}")
-        return value
-
-    def boolean(self, node: yaml.Node, path: str) -> bool:
-        value = self.scalar(node, path)
-        if not isinstance(value, bool):
-            raise self.fail(node, path, f"expected true or false, got {value!r}")
-        return value
-
-    def choice(self, node: yaml.Node, path: str, enum: type[StrEnum]) -> Any:
-        value = self.string(node, path)
-        try:
-            return enum(value)
-        except ValueError:
-            raise self.fail(
-                node, path, f"{value!r} is not one of {', '.join(e.value for e in enum)}"
-            ) from None
-
-    def api(self, node: yaml.Node, path: str) -> int:
-        name = self.string(node, path)
-        if name not in API_BY_NAME:
-            raise self.fail(node, path, f"unknown API {name!r} (known: {', '.join(sorted(API_BY_NAME))})")
-        return API_BY_NAME[name]
-
-    # -- composite ---------------------------------------------------------------------------
-
+class _Reader(YamlReader):
     def selector(self, node: yaml.Node, path: str) -> MemberSelector:
-        fields = self.mapping(
-            node, path, {"client_id", "ordinal", "instance_id", "member_key", "leader", "all"}
-        )
-        if "all" in fields and not self.boolean(fields["all"], f"{path}.all"):
-            raise self.fail(fields["all"], f"{path}.all", "only `all: true` makes sense")
-        return MemberSelector(
-            client_id=self.string(fields["client_id"], f"{path}.client_id")
-            if "client_id" in fields
-            else None,
-            ordinal=self.integer(fields["ordinal"], f"{path}.ordinal") if "ordinal" in fields else None,
-            instance_id=self.string(fields["instance_id"], f"{path}.instance_id")
-            if "instance_id" in fields
-            else None,
-            member_key=self.string(fields["member_key"], f"{path}.member_key")
-            if "member_key" in fields
-            else None,
-            leader=self.boolean(fields["leader"], f"{path}.leader") if "leader" in fields else None,
-        )
+        return read_selector(self, node, path, SELECTOR_KEYS)
 
     def version_rules(self, node: yaml.Node, path: str) -> tuple[VersionRule, ...]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, path, f"expected a mapping of API name to version, got {_kind(node)}")
-        rules = []
-        for key_node, value_node in node.value:
-            api_key = self.api(key_node, path)
-            field_path = f"{path}.{key_node.value}"
-            if isinstance(value_node, yaml.MappingNode):
-                inner = self.mapping(value_node, field_path, {"max"}, {"max"})
-                api_version = self.integer(inner["max"], f"{field_path}.max")
-                exact, version_node = False, inner["max"]
-            else:
-                api_version = self.integer(value_node, field_path)
-                exact, version_node = True, value_node
-            if not supports(api_key, api_version):
-                known = [v for v in range(0, 32) if supports(api_key, v)]
-                raise self.fail(
-                    version_node,
-                    field_path,
-                    f"{api_name(api_key)} has no version {api_version} (known: {known[0]}..{known[-1]})",
-                )
-            rules.append(VersionRule(api_key, api_version, exact))
-        return tuple(rules)
+        return tuple(VersionRule(*rule) for rule in self.api_versions(node, path, allow_max=True))
 
     def settings(self, fields: dict[str, yaml.Node], path: str) -> MemberSettings:
         membership = (
@@ -353,7 +231,9 @@ class _Reader:
             else None
         )
         instance_id = (
-            self.string(fields["instance_id"], f"{path}.instance_id") if "instance_id" in fields else None
+            read_instance_id(self, fields["instance_id"], f"{path}.instance_id", PLACEHOLDERS)
+            if "instance_id" in fields
+            else None
         )
         if instance_id is not None and membership == Membership.DYNAMIC:
             raise self.fail(
@@ -376,39 +256,116 @@ class _Reader:
             fields = self.mapping(node, path, {"min", "max"})
             if not fields:
                 raise self.fail(node, path, "give min, max or both")
-            lo = self.integer(fields["min"], f"{path}.min") if "min" in fields else None
-            hi = self.integer(fields["max"], f"{path}.max") if "max" in fields else None
+            lo = (
+                self.integer(fields["min"], f"{path}.min", 0, MAX_EXPECTED_COUNT) if "min" in fields else None
+            )
+            hi = (
+                self.integer(fields["max"], f"{path}.max", 0, MAX_EXPECTED_COUNT) if "max" in fields else None
+            )
             if lo is not None and hi is not None and lo > hi:
                 raise self.fail(node, path, f"min {lo} > max {hi}")
             return CountExpectation(minimum=lo, maximum=hi)
-        exact = self.integer(node, path)
+        exact = self.integer(node, path, 0, MAX_EXPECTED_COUNT)
         return CountExpectation(minimum=exact, maximum=exact)
 
+    def optional_int(
+        self, fields: dict[str, yaml.Node], key: str, path: str, default: int, low: int, high: int
+    ) -> int:
+        return (
+            self.integer(fields[key], f"{path}.{key}" if path else key, low, high)
+            if key in fields
+            else default
+        )
 
-def _kind(node: yaml.Node) -> str:
-    match node:
-        case yaml.MappingNode():
-            return "a mapping"
-        case yaml.SequenceNode():
-            return "a list"
-        case _:
-            return repr(node.value)
+    def rolling(self, node: yaml.Node) -> RollingBounce:
+        fields = self.mapping(
+            node,
+            "rolling",
+            {"members", "order", "start_ms", "interval_ms", "downtime_ms", "leave_on_shutdown", "after"},
+        )
+        after = MemberSettings()
+        if "after" in fields:
+            after = self.settings(
+                self.mapping(fields["after"], "rolling.after", _MEMBER_SETTING_KEYS), "rolling.after"
+            )
+        defaults = RollingBounce()
+        return RollingBounce(
+            members=tuple(
+                self.selector(n, f"rolling.members[{i}]")
+                for i, n in enumerate(self.sequence(fields["members"], "rolling.members"))
+            )
+            if "members" in fields
+            else (),
+            order=self.choice(fields["order"], "rolling.order", BounceOrder)
+            if "order" in fields
+            else defaults.order,
+            start_ms=self.optional_int(fields, "start_ms", "rolling", defaults.start_ms, 0, MAX_SPAN_MS),
+            interval_ms=self.optional_int(
+                fields, "interval_ms", "rolling", defaults.interval_ms, 0, MAX_GAP_MS
+            ),
+            downtime_ms=self.optional_int(
+                fields, "downtime_ms", "rolling", defaults.downtime_ms, 0, MAX_GAP_MS
+            ),
+            leave_on_shutdown=self.choice(
+                fields["leave_on_shutdown"], "rolling.leave_on_shutdown", LeaveOnShutdown
+            )
+            if "leave_on_shutdown" in fields
+            else defaults.leave_on_shutdown,
+            after=after,
+        )
 
+    def fault(self, node: yaml.Node, path: str) -> Fault:
+        fields = self.mapping(
+            node,
+            path,
+            {"match", "api", "kind", "at_ms", "count", "delay_ms", "error_code"},
+            {"match", "api", "kind"},
+        )
+        kind = self.choice(fields["kind"], f"{path}.kind", FaultKind)
+        if kind == FaultKind.ERROR and "error_code" not in fields:
+            raise self.fail(node, f"{path}.error_code", "required for kind: error")
+        if kind == FaultKind.DELAY and "delay_ms" not in fields:
+            raise self.fail(node, f"{path}.delay_ms", "required for kind: delay")
+        return Fault(
+            match=self.selector(fields["match"], f"{path}.match"),
+            api_key=self.api(fields["api"], f"{path}.api"),
+            kind=kind,
+            at_ms=self.optional_int(fields, "at_ms", path, 0, 0, MAX_SPAN_MS),
+            count=self.optional_int(fields, "count", path, 1, 1, MAX_FAULT_COUNT),
+            delay_ms=self.optional_int(fields, "delay_ms", path, 0, 0, MAX_GAP_MS),
+            error_code=self.optional_int(fields, "error_code", path, 0, *ERROR_CODE_RANGE),
+        )
 
-_MEMBER_SETTING_KEYS = {"membership", "instance_id", "api_versions"}
+    def expectations(self, node: yaml.Node) -> Expectations:
+        fields = self.mapping(
+            node, "expect", {"rebalances", "fenced", "expired", "leader_skips_assignment", "errors"}
+        )
+        return Expectations(
+            rebalances=self.count(fields["rebalances"], "expect.rebalances")
+            if "rebalances" in fields
+            else None,
+            fenced=self.count(fields["fenced"], "expect.fenced") if "fenced" in fields else None,
+            expired=self.count(fields["expired"], "expect.expired") if "expired" in fields else None,
+            leader_skips_assignment=self.boolean(
+                fields["leader_skips_assignment"], "expect.leader_skips_assignment"
+            )
+            if "leader_skips_assignment" in fields
+            else None,
+            errors=tuple(
+                self.integer(n, f"expect.errors[{i}]", *ERROR_CODE_RANGE)
+                for i, n in enumerate(self.sequence(fields["errors"], "expect.errors"))
+            )
+            if "errors" in fields
+            else (),
+        )
 
 
 def parse_scenario(text: str, source: str) -> Scenario:
     """Parse and validate scenario YAML; raises ScenarioError naming source, line and field."""
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"{mark.line + 1}" if mark is not None else "?"
-        raise ScenarioError(f"{source}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    root = compose(text, source, ScenarioError)
     if root is None:
-        raise ScenarioError(f"{source}:1: empty scenario file")
-    r = _Reader(source)
+        raise ScenarioError(source, 1, "", "empty scenario file")
+    r = _Reader(source, ScenarioError)
     top = r.mapping(
         root,
         "",
@@ -429,121 +386,37 @@ def parse_scenario(text: str, source: str) -> Scenario:
         path = f"members[{i}]"
         fields = r.mapping(node, path, {"match", *_MEMBER_SETTING_KEYS}, {"match"})
         members.append(MemberRule(r.selector(fields["match"], f"{path}.match"), r.settings(fields, path)))
-
-    rolling = None
-    if "rolling" in top:
-        fields = r.mapping(
-            top["rolling"],
-            "rolling",
-            {"members", "order", "start_ms", "interval_ms", "downtime_ms", "leave_on_shutdown", "after"},
+    faults = [
+        r.fault(node, f"faults[{i}]")
+        for i, node in enumerate(r.sequence(top["faults"], "faults") if "faults" in top else [])
+    ]
+    name = r.string(top["name"], "name")
+    if not NAME_PATTERN.fullmatch(name):
+        raise r.fail(
+            top["name"],
+            "name",
+            "letters, digits and . _ + - only (at most 100), starting with one of the first two",
         )
-        after = MemberSettings()
-        if "after" in fields:
-            after = r.settings(
-                r.mapping(fields["after"], "rolling.after", _MEMBER_SETTING_KEYS), "rolling.after"
-            )
-        defaults = RollingBounce()
-        rolling = RollingBounce(
-            members=tuple(
-                r.selector(n, f"rolling.members[{i}]")
-                for i, n in enumerate(r.sequence(fields["members"], "rolling.members"))
-            )
-            if "members" in fields
-            else (),
-            order=r.choice(fields["order"], "rolling.order", BounceOrder)
-            if "order" in fields
-            else defaults.order,
-            start_ms=r.integer(fields["start_ms"], "rolling.start_ms")
-            if "start_ms" in fields
-            else defaults.start_ms,
-            interval_ms=r.integer(fields["interval_ms"], "rolling.interval_ms")
-            if "interval_ms" in fields
-            else defaults.interval_ms,
-            downtime_ms=r.integer(fields["downtime_ms"], "rolling.downtime_ms")
-            if "downtime_ms" in fields
-            else defaults.downtime_ms,
-            leave_on_shutdown=r.choice(
-                fields["leave_on_shutdown"], "rolling.leave_on_shutdown", LeaveOnShutdown
-            )
-            if "leave_on_shutdown" in fields
-            else defaults.leave_on_shutdown,
-            after=after,
-        )
-
-    faults = []
-    for i, node in enumerate(r.sequence(top["faults"], "faults") if "faults" in top else []):
-        path = f"faults[{i}]"
-        fields = r.mapping(
-            node,
-            path,
-            {"match", "api", "kind", "at_ms", "count", "delay_ms", "error_code"},
-            {"match", "api", "kind"},
-        )
-        kind = r.choice(fields["kind"], f"{path}.kind", FaultKind)
-        if kind == FaultKind.ERROR and "error_code" not in fields:
-            raise r.fail(node, f"{path}.error_code", "required for kind: error")
-        if kind == FaultKind.DELAY and "delay_ms" not in fields:
-            raise r.fail(node, f"{path}.delay_ms", "required for kind: delay")
-        faults.append(
-            Fault(
-                match=r.selector(fields["match"], f"{path}.match"),
-                api_key=r.api(fields["api"], f"{path}.api"),
-                kind=kind,
-                at_ms=r.integer(fields["at_ms"], f"{path}.at_ms") if "at_ms" in fields else 0,
-                count=r.integer(fields["count"], f"{path}.count", minimum=1) if "count" in fields else 1,
-                delay_ms=r.integer(fields["delay_ms"], f"{path}.delay_ms") if "delay_ms" in fields else 0,
-                error_code=r.integer(fields["error_code"], f"{path}.error_code", minimum=None)
-                if "error_code" in fields
-                else 0,
-            )
-        )
-
-    expect = Expectations()
-    if "expect" in top:
-        fields = r.mapping(
-            top["expect"], "expect", {"rebalances", "fenced", "expired", "leader_skips_assignment", "errors"}
-        )
-        expect = Expectations(
-            rebalances=r.count(fields["rebalances"], "expect.rebalances") if "rebalances" in fields else None,
-            fenced=r.count(fields["fenced"], "expect.fenced") if "fenced" in fields else None,
-            expired=r.count(fields["expired"], "expect.expired") if "expired" in fields else None,
-            leader_skips_assignment=r.boolean(
-                fields["leader_skips_assignment"], "expect.leader_skips_assignment"
-            )
-            if "leader_skips_assignment" in fields
-            else None,
-            errors=tuple(
-                r.integer(n, f"expect.errors[{i}]", minimum=None)
-                for i, n in enumerate(r.sequence(fields["errors"], "expect.errors"))
-            )
-            if "errors" in fields
-            else (),
-        )
-
+    if name == AS_RECORDED.name:
+        raise r.fail(top["name"], "name", f"{name!r} is reserved for the capture replayed as it ran")
     return Scenario(
-        name=r.string(top["name"], "name"),
+        name=name,
         description=r.string(top["description"], "description"),
         source=source,
-        duration_ms=r.integer(top["duration_ms"], "duration_ms", minimum=1)
-        if "duration_ms" in top
-        else DEFAULT_DURATION_MS,
+        duration_ms=r.optional_int(top, "duration_ms", "", DEFAULT_DURATION_MS, 1, MAX_SPAN_MS),
         broker_api_versions=r.version_rules(top["broker_api_versions"], "broker_api_versions")
         if "broker_api_versions" in top
         else (),
         members=tuple(members),
-        rolling=rolling,
+        rolling=r.rolling(top["rolling"]) if "rolling" in top else None,
         faults=tuple(faults),
-        expect=expect,
+        expect=r.expectations(top["expect"]) if "expect" in top else Expectations(),
         text=text,
     )
 
 
 def load_scenario_file(path: Path) -> Scenario:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    return parse_scenario(text, str(path))
+    return parse_scenario(read_text(path, ScenarioError), str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,12 +431,21 @@ def builtin_names() -> list[str]:
 def builtin_text(name: str) -> str:
     path = resources.files("replay") / "scenarios" / f"{name}.yaml"
     if not path.is_file():
-        raise ScenarioError(f"no built-in scenario {name!r} (known: {', '.join(builtin_names())})")
+        raise ScenarioError(name, None, "", f"no built-in scenario (known: {', '.join(builtin_names())})")
     return path.read_text(encoding="utf-8")
 
 
 def load_builtin(name: str) -> Scenario:
     return parse_scenario(builtin_text(name), f"builtin:{name}.yaml")
+
+
+def scenario_text(name_or_file: str) -> str:
+    """The YAML of a built-in scenario or a scenario file, after checking it parses
+    (`group-replay scenarios show`)."""
+    scenario = resolve_scenario(name_or_file)
+    if scenario is AS_RECORDED:
+        return f"# {AS_RECORDED.name}: {AS_RECORDED.description} (no scenario file)\n"
+    return scenario.text
 
 
 def resolve_scenario(name_or_file: str | None) -> Scenario:
@@ -598,4 +480,5 @@ __all__ = [
     "load_scenario_file",
     "parse_scenario",
     "resolve_scenario",
+    "scenario_text",
 ]

@@ -149,3 +149,88 @@ def test_load_policy_from_a_file(tmp_path: Path) -> None:
     assert policy.name == "cap-v5" and policy.reencode == {11: 5}
     with pytest.raises(PolicyError):
         load_policy(tmp_path / "missing.yaml")
+
+
+def test_membership_words_are_the_scenarios_and_the_older_action_still_reads() -> None:
+    """One vocabulary (proxy.membership): `membership: static | dynamic | as-recorded`, as in a
+    scenario; `action: add | strip` is the older spelling of static | dynamic."""
+    new = parse_policy(
+        "membership:\n"
+        "  - {match: {instance_id: 'keep-*'}, membership: as-recorded}\n"
+        "  - {match: {all: true}, membership: static, instance_id: '{client_id}-{ordinal}'}\n",
+        "m.yaml",
+    )
+    old = parse_policy(
+        "membership:\n  - {match: {all: true}, action: add, instance_id: '{client_id}-{ordinal}'}\n", "m.yaml"
+    )
+    assert new.membership[1] == old.membership[0]
+    kept = new.rewrite_request(11, _join(9, instance_id="keep-1"), "c-0")
+    assert kept.group_instance_id == "keep-1"
+    added = new.rewrite_request(11, _join(9), "c-1")
+    assert added.group_instance_id == "c-1-1"
+    stripped = parse_policy("membership:\n  - {match: {all: true}, membership: dynamic}\n", "m.yaml")
+    assert stripped.rewrite_request(11, _join(9, instance_id="a"), "c-0").group_instance_id is None
+
+
+DEEP_FLOW = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("membership:\n  - match: {client_id: 'svc-*'\n", "p.yaml:3: not valid YAML"),  # truncated
+        (f"allow_drop: {DEEP_FLOW}\n", "p.yaml:1: nested deeper than 32 levels"),
+        (
+            "membership:\n  - {match: {all: true}, action: add, instance_id: '{colour}'}\n",
+            "p.yaml:2: membership[0].instance_id: unknown placeholder {colour}",
+        ),
+        (
+            "membership:\n  - {match: {all: true}, action: add, instance_id: '{client_id[0]}'}\n",
+            "p.yaml:2: membership[0].instance_id: unknown placeholder",
+        ),
+        (
+            "membership:\n  - {match: {all: true}, membership: static, instance_id: '{member_key}'}\n",
+            "p.yaml:2: membership[0].instance_id: unknown placeholder {member_key}",  # replay only
+        ),
+        (
+            "membership:\n  - {match: {leader: true}, action: strip}\n",
+            "p.yaml:2: membership[0].match.leader: unknown key",
+        ),
+        (
+            "membership:\n  - {match: {ordinal: 99999999999}, action: strip}\n",
+            "p.yaml:2: membership[0].match.ordinal",
+        ),
+        (
+            "membership:\n  - {match: {all: true}, action: add, membership: static}\n",
+            "p.yaml:2: membership[0].action",
+        ),
+        ("name: [a]\n", "p.yaml:1: name: expected a value"),
+    ],
+)
+def test_damaged_policies_name_file_line_and_field(text: str, where: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text, "p.yaml")
+    assert str(caught.value).startswith(where), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "membership:\n  - match: {client_id: 'svc-*'\n",
+        f"reencode: {DEEP_FLOW}\n",
+        "reencode: {JoinGroup: 99}\n",
+    ],
+)
+def test_the_proxy_cli_exits_2_on_a_bad_policy_before_it_listens(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from group_replay import main as group_replay
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert (
+        group_replay(["proxy", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--policy", str(path)])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert f"{path}:" in err and "Traceback" not in err, err

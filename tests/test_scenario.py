@@ -66,7 +66,7 @@ GOOD_HEAD = "name: x\ndescription: y\n"
         (
             "members:\n  - match: {ordinal: 0}\n    api_versions: {JoinGruop: 5}\n",
             5,
-            "members[0].api_versions",
+            "members[0].api_versions.JoinGruop",  # the one reader names the key, as policies always did
             "unknown API 'JoinGruop'",
         ),
         ("members:\n  - membership: static\n", 4, "members[0].match", "required key is missing"),
@@ -110,3 +110,140 @@ def test_scenarios_cli_list_show_and_unknown(capsys: pytest.CaptureFixture[str])
     assert group_replay(["scenarios", "show", "duplicate-instance-id"]) == 0
     assert "duplicate-instance" in capsys.readouterr().out
     assert group_replay(["scenarios", "show", "no-such-scenario"]) == 2
+
+
+# ---- issue 18 defect 4: any file gives a Scenario or a file:line:field error, never a traceback
+
+DEEP_FLOW = "[" * 5000 + "]" * 5000
+DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 0.5 MB
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "field", "message"),
+    [
+        ("members:\n  - match: {client_id: 'svc-*'\n", 5, "", "not valid YAML"),  # truncated flow mapping
+        ("expect:\n  rebalances: [1, 2\n", 5, "", "not valid YAML"),
+        (f"members: {DEEP_FLOW}\n", 3, "", "nested deeper than 32 levels"),
+        (f"expect:\n{DEEP_BLOCK}", 34, "", "nested deeper than 32 levels"),  # where level 33 starts
+        (
+            "members:\n  - match: {all: true}\n    membership: static\n    instance_id: '{colour}'\n",
+            6,
+            "members[0].instance_id",
+            "unknown placeholder {colour}",
+        ),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: 'c-{client_id[0]}'\n",
+            5,
+            "members[0].instance_id",
+            "unknown placeholder {client_id[0]}",
+        ),
+        (
+            "rolling:\n  after: {membership: static, instance_id: '{ordinal.real}'}\n",
+            4,
+            "rolling.after.instance_id",
+            "unknown placeholder",
+        ),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: '{ordinal:>999999999}'\n",
+            5,
+            "members[0].instance_id",
+            "no format spec",
+        ),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: '{}'\n",
+            5,
+            "members[0].instance_id",
+            "placeholder",
+        ),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: 'a{'\n",
+            5,
+            "members[0].instance_id",
+            "template",
+        ),
+        ("rolling:\n  interval_ms: 2147483648\n", 4, "rolling.interval_ms", "must be in 0..1800000"),
+        ("duration_ms: 99999999999999999999\n", 3, "duration_ms", "must be in 1..3600000"),
+        (
+            "faults:\n  - {match: {all: true}, api: Heartbeat, kind: drop, count: 0}\n",
+            4,
+            "faults[0].count",
+            "1..10000",
+        ),
+        (
+            "faults:\n  - {match: {ordinal: -1}, api: Heartbeat, kind: drop}\n",
+            4,
+            "faults[0].match.ordinal",
+            "0..1000000",
+        ),
+        ("expect:\n  errors: [70000]\n", 4, "expect.errors[0]", "must be in -1..32767"),
+        ("duration_ms: !!int zz\n", 3, "duration_ms", "not a valid value"),
+        ("duration_ms: !!python/name:os.system x\n", 3, "duration_ms", "not a valid value"),
+    ],
+    ids=lambda v: v if isinstance(v, int) else None,
+)
+def test_damaged_files_name_file_line_and_field(body: str, line: int, field: str, message: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(GOOD_HEAD + body, "bad.yaml")
+    text = str(caught.value)
+    assert text.startswith(f"bad.yaml:{line}: {field}: " if field else f"bad.yaml:{line}: "), text
+    assert message in text
+
+
+def test_scenario_names_are_identifiers_and_as_recorded_is_reserved() -> None:
+    with pytest.raises(ScenarioError, match=r"^s.yaml:1: name: letters"):
+        parse_scenario("name: '[/x]'\ndescription: y\n", "s.yaml")
+    with pytest.raises(ScenarioError, match=r"^s.yaml:1: name: 'as-recorded' is reserved"):
+        parse_scenario("name: as-recorded\ndescription: y\n", "s.yaml")
+
+
+def test_unreadable_and_oversized_files_are_errors(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"name: x\ndescription: \xff\xfe\n")
+    with pytest.raises(ScenarioError, match=r"binary\.yaml:2: not UTF-8"):
+        load_scenario_file(binary)
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("name: x\ndescription: " + "y" * (2 << 20) + "\n", encoding="utf-8")
+    with pytest.raises(ScenarioError, match=r"huge\.yaml: larger than"):
+        load_scenario_file(huge)
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ("members:\n  - match: {client_id: 'svc-*'\n", "bad.yaml:5: not valid YAML"),
+        (f"members: {DEEP_FLOW}\n", "bad.yaml:3: nested deeper"),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: '{colour}'\n",
+            "bad.yaml:5: members[0].instance_id:",
+        ),
+        ("rolling:\n  interval_ms: 2147483648\n", "bad.yaml:4: rolling.interval_ms: must be in"),
+        ('"[/x]": 1\n', "bad.yaml:3: [/x]: unknown key"),  # printed as text, never as rich markup
+    ],
+)
+def test_the_cli_exits_2_with_the_error_never_a_traceback(
+    body: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD_HEAD + body, encoding="utf-8")
+    argv = ["replay", str(tmp_path / "none.pcapng"), "--scenario", str(path), "--out", str(tmp_path / "out")]
+    for command in (argv, ["scenarios", "show", str(path)]):
+        assert group_replay([*command]) == 2
+        err = capsys.readouterr().err
+        assert f"{tmp_path}/{where}" in err, err
+        assert "Traceback" not in err
+
+
+def test_a_rolling_bounce_longer_than_the_bound_is_refused_before_it_runs(tmp_path: Path) -> None:
+    """Per-value bounds cannot know the group's size: a run refuses members x interval > 6 h
+    (a 13-member group bounced every 30 min) at once, instead of simulating it for minutes."""
+    from proxy.capture.reader import read_capture
+    from replay.plan import build_plan
+    from replay.run import replay_reference
+    from tests.support.synth import synthesize_capture
+
+    capture = tmp_path / "big-group.pcapng"
+    synthesize_capture(capture, members=13, static=False, duration_ms=10_000)
+    plan = build_plan(read_capture(capture), "big")
+    scenario = parse_scenario(GOOD_HEAD + "rolling: {interval_ms: 1800000}\n", "long.yaml")
+    with pytest.raises(ValueError, match=r"^long.yaml: rolling.interval_ms: a bounce of 13 members .* 6.5 h"):
+        replay_reference(plan, scenario)
