@@ -24,12 +24,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from proxy.wire import (
+    ApiKey,
     CodecError,
+    ErrorCode,
     FrameDecoder,
     FrameError,
+    build,
+    build_response,
     decode_request_body,
     encode_response,
     peek_request_header,
+    response_class,
     supports,
 )
 from replay.coordinator import (
@@ -43,13 +48,15 @@ from replay.coordinator import (
     RequestContext,
     Respond,
 )
-from replay.coordinator import responses as R
 
 log = logging.getLogger("group_replay.coordinator")
 
-API_VERSIONS, METADATA, LIST_OFFSETS, FETCH = 18, 3, 2, 1
-UNSUPPORTED_VERSION = 35
-UNKNOWN_TOPIC_OR_PARTITION = 3
+API_VERSIONS, METADATA, LIST_OFFSETS, FETCH = (
+    ApiKey.API_VERSIONS,
+    ApiKey.METADATA,
+    ApiKey.LIST_OFFSETS,
+    ApiKey.FETCH,
+)
 CLUSTER_ID = "group-replay-reference"
 # How much a client may send while its request is parked before the server stops reading
 # (a muted Kafka channel reads nothing; reading a little notices a client that went away).
@@ -66,7 +73,7 @@ ALL_VERSIONS: dict[int, tuple[int, int]] = {**SERVER_VERSIONS, **SUPPORTED_VERSI
 # Advertised but never served: kafka-clients 2.x computes the usable produce magic from the
 # Produce versions of every node as soon as ApiVersions arrives (ApiVersions.update), and fails
 # with "The broker does not support PRODUCE" without it. A Produce request closes the connection.
-ADVERTISED_ONLY: dict[int, tuple[int, int]] = {0: (3, 9)}
+ADVERTISED_ONLY: dict[int, tuple[int, int]] = {ApiKey.PRODUCE: (3, 9)}
 
 
 def parse_topics(text: str) -> dict[str, int]:
@@ -104,6 +111,11 @@ class ReferenceServer:
         self._epoch = time.monotonic()
         self._wake = asyncio.Event()
         self.server: asyncio.Server | None = None
+
+    def versions(self) -> dict[int, tuple[int, int]]:
+        """Every API served here and its versions: the server's own and the coordinator's (which
+        a second group type may extend)."""
+        return {**SERVER_VERSIONS, **self.coordinator.supported_versions()}
 
     def now_ms(self) -> int:
         return int((time.monotonic() - self._epoch) * 1000)
@@ -176,17 +188,17 @@ class ReferenceServer:
 
     # --- the broker-side APIs the coordinator does not own -----------------------------------
     def api_versions(self, api_version: int, error_code: int = 0) -> Any:
-        version_cls = R.nested(API_VERSIONS, api_version, "ApiVersion")
+        version_cls = response_class(API_VERSIONS, api_version, "ApiVersion")
         keys = tuple(
             version_cls(api_key=key, min_version=low, max_version=high)
-            for key, (low, high) in sorted({**ADVERTISED_ONLY, **ALL_VERSIONS}.items())
+            for key, (low, high) in sorted({**ADVERTISED_ONLY, **self.versions()}.items())
         )
-        return R.make(API_VERSIONS, api_version, error_code=R.error(error_code), api_keys=keys)
+        return build_response(API_VERSIONS, api_version, error_code=ErrorCode(error_code), api_keys=keys)
 
     def metadata(self, api_version: int, request: Any) -> Any:
-        broker_cls = R.nested(METADATA, api_version, "MetadataResponseBroker")
-        topic_cls = R.nested(METADATA, api_version, "MetadataResponseTopic")
-        partition_cls = R.nested(METADATA, api_version, "MetadataResponsePartition")
+        broker_cls = response_class(METADATA, api_version, "MetadataResponseBroker")
+        topic_cls = response_class(METADATA, api_version, "MetadataResponseTopic")
+        partition_cls = response_class(METADATA, api_version, "MetadataResponsePartition")
         requested = request.topics
         if requested is None:
             names = sorted(self.topics)
@@ -196,7 +208,7 @@ class ReferenceServer:
                 if name not in self.topics and self.auto_create_partitions > 0:
                     self.topics[name] = self.auto_create_partitions
         topics = []
-        none = R.error(0)
+        none = ErrorCode.none
         for name in names:
             partitions = self.topics.get(name)
             values: dict[str, Any] = {
@@ -206,12 +218,12 @@ class ReferenceServer:
                 "topic_authorized_operations": -(2**31),
             }
             if partitions is None:
-                values |= {"error_code": R.error(UNKNOWN_TOPIC_OR_PARTITION), "partitions": ()}
+                values |= {"error_code": ErrorCode.unknown_topic_or_partition, "partitions": ()}
             else:
                 values |= {
                     "error_code": none,
                     "partitions": tuple(
-                        R.build(
+                        build(
                             partition_cls,
                             {
                                 "error_code": none,
@@ -226,8 +238,8 @@ class ReferenceServer:
                         for index in range(partitions)
                     ),
                 }
-            topics.append(R.build(topic_cls, values))
-        broker = R.build(
+            topics.append(build(topic_cls, values))
+        broker = build(
             broker_cls,
             {
                 "node_id": self.config.node_id,
@@ -236,7 +248,7 @@ class ReferenceServer:
                 "rack": None,
             },
         )
-        return R.make(
+        return build_response(
             METADATA,
             api_version,
             brokers=(broker,),
@@ -247,14 +259,14 @@ class ReferenceServer:
 
     def list_offsets(self, api_version: int, request: Any) -> Any:
         """Every partition is empty: offset 0 whatever the timestamp asked."""
-        topic_cls = R.nested(LIST_OFFSETS, api_version, "ListOffsetsTopicResponse")
-        partition_cls = R.nested(LIST_OFFSETS, api_version, "ListOffsetsPartitionResponse")
-        none = R.error(0)
+        topic_cls = response_class(LIST_OFFSETS, api_version, "ListOffsetsTopicResponse")
+        partition_cls = response_class(LIST_OFFSETS, api_version, "ListOffsetsPartitionResponse")
+        none = ErrorCode.none
         topics = tuple(
             topic_cls(
                 name=t.name,
                 partitions=tuple(
-                    R.build(
+                    build(
                         partition_cls,
                         {
                             "partition_index": p.partition_index,
@@ -269,18 +281,18 @@ class ReferenceServer:
             )
             for t in request.topics
         )
-        return R.make(LIST_OFFSETS, api_version, topics=topics)
+        return build_response(LIST_OFFSETS, api_version, topics=topics)
 
     def fetch(self, api_version: int, request: Any) -> Any:
         """No records, high watermark 0, for every partition asked."""
-        topic_cls = R.nested(FETCH, api_version, "FetchableTopicResponse")
-        partition_cls = R.nested(FETCH, api_version, "PartitionData")
-        none = R.error(0)
+        topic_cls = response_class(FETCH, api_version, "FetchableTopicResponse")
+        partition_cls = response_class(FETCH, api_version, "PartitionData")
+        none = ErrorCode.none
         responses = tuple(
             topic_cls(
                 topic=t.topic,
                 partitions=tuple(
-                    R.build(
+                    build(
                         partition_cls,
                         {
                             "partition_index": p.partition,
@@ -297,7 +309,7 @@ class ReferenceServer:
             )
             for t in request.topics
         )
-        return R.make(FETCH, api_version, error_code=none, session_id=0, responses=responses)
+        return build_response(FETCH, api_version, error_code=none, session_id=0, responses=responses)
 
 
 class _Connection:
@@ -422,11 +434,11 @@ class _Connection:
             low, high = SERVER_VERSIONS[API_VERSIONS]
             if not (low <= api_version <= high) or not supports(api_key, api_version):
                 # KafkaApis: an unsupported ApiVersions version is answered with v0 and the error.
-                self.deliver(header.correlation_id, server.api_versions(0, UNSUPPORTED_VERSION))
+                self.deliver(header.correlation_id, server.api_versions(0, ErrorCode.unsupported_version))
             else:
                 self.deliver(header.correlation_id, server.api_versions(api_version))
             return True
-        low, high = ALL_VERSIONS.get(api_key, (0, -1))
+        low, high = server.versions().get(api_key, (0, -1))
         if not low <= api_version <= high:
             log.warning(
                 "connection %d: api_key %d v%d is not served here; closing it",

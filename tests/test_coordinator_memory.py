@@ -77,7 +77,7 @@ def test_offsets_of_an_empty_group_expire_after_the_retention_then_the_group_goe
     sim.call(1, 3, Q.leave_group(3, "g", [(member_id, None)]))
     assert sim.state() == "Empty"
     sim.run_timers(sim.now_ms + 59_000)
-    assert sim.coordinator.groups["g"].offsets  # not yet: the group became Empty < 60 s ago
+    assert sim.coordinator.offsets.has_offsets("g")  # not yet: the group became Empty < 60 s ago
     sim.run_timers(sim.now_ms + 2_000)
     assert "g" not in sim.coordinator.groups
     assert [e.to_state.value for e in sim.events if e.to_state is not None][-1] == "Dead"

@@ -9,6 +9,7 @@ its JoinGroup is parked releases its connection.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 
-from proxy.wire import FrameDecoder, decode_response, encode_request
+from proxy.wire import ApiKey, FrameDecoder, decode_response, encode_request
 from replay.coordinator import CoordinatorConfig, CoordinatorFault, GroupCoordinator
 from replay.coordinator import requests as Q
 from replay.server import ReferenceServer
@@ -133,21 +134,25 @@ def test_a_handler_that_raises_answers_unknown_server_error_and_keeps_the_connec
     run_served(scenario)
 
 
-class _FailsOnGroup(GroupCoordinator):
+def _fails_on_group(coordinator: GroupCoordinator) -> GroupCoordinator:
     """Fault injection: a DescribeGroups of group `boom` raises (no error response is built for
     that API, so the server must drop the one connection)."""
+    route = coordinator.routes[ApiKey.DESCRIBE_GROUPS]
 
-    def _describe_groups(self, ctx: Any, request: Any) -> None:
+    def describe(ctx: Any, request: Any, group: Any) -> None:
         if "boom" in request.groups:
             raise RuntimeError("injected")
-        super()._describe_groups(ctx, request)
+        route.handle(ctx, request, group)
+
+    coordinator.register(dataclasses.replace(route, handle=describe))
+    return coordinator
 
 
 def test_an_exception_from_handle_closes_only_that_connection(caplog: Any) -> None:
     from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 
     async def scenario(server: ReferenceServer, port: int) -> None:
-        server.coordinator = _FailsOnGroup(server.config)
+        _fails_on_group(server.coordinator)
         bad = await Client.connect(port)
         good = await Client.connect(port)
         await bad.send(DescribeGroupsRequest(groups=("boom",), include_authorized_operations=False))
@@ -195,7 +200,7 @@ def test_core_fault_without_an_error_response_returns_the_outputs_made_before_it
 
     from replay.coordinator import RequestContext
 
-    coordinator = _FailsOnGroup(CoordinatorConfig(group_initial_rebalance_delay_ms=0))
+    coordinator = _fails_on_group(GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=0)))
     ctx = RequestContext(1, "c", "/h", 5, 1)
     with pytest.raises(CoordinatorFault) as caught:
         coordinator.handle(

@@ -24,6 +24,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from proxy.wire.errors import ErrorCode
 from replay.events import EventName
 from validator.schemas import EVENT_SCHEMA
 
@@ -44,7 +45,7 @@ RUNS: tuple[tuple[str, int], ...] = (
     ("broker-4.1.0", 1),
 )
 DIFF_KINDS: tuple[str, ...] = ("extra_rebalance", "assignment", "fenced", "expired", "leader")
-FENCED_INSTANCE_ID = 82
+FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
 ROWS_PER_SESSION = 118.75  # mean of the shape below, for sizing by row count
 
 

@@ -20,6 +20,16 @@ from proxy.wire.codec import (
     supports,
 )
 from proxy.wire.correlation import MAX_PENDING_REQUESTS, CorrelationError, CorrelationTable, PendingRequest
+from proxy.wire.entities import (
+    build,
+    build_request,
+    build_response,
+    fields_of,
+    nested_of,
+    request_class,
+    response_class,
+)
+from proxy.wire.errors import ErrorCode, error_code, error_name
 from proxy.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FrameError, frame
 from proxy.wire.groups import GroupFields, group_protocol, request_fields, request_group_id, response_fields
 from proxy.wire.headers import (
@@ -44,6 +54,7 @@ __all__ = [
     "CodecError",
     "CorrelationError",
     "CorrelationTable",
+    "ErrorCode",
     "FrameDecoder",
     "FrameError",
     "GroupFields",
@@ -51,21 +62,30 @@ __all__ = [
     "RequestHeaderInfo",
     "UnsupportedVersion",
     "api_name",
+    "build",
+    "build_request",
+    "build_response",
     "decode_request",
     "decode_request_body",
     "decode_response",
     "decode_response_body",
     "encode_request",
     "encode_response",
+    "error_code",
+    "error_name",
+    "fields_of",
     "frame",
     "group_protocol",
+    "nested_of",
     "peek_correlation_id",
     "peek_request_header",
     "peek_request_prefix",
+    "request_class",
     "request_fields",
     "request_group_id",
     "request_header_version",
     "request_schema",
+    "response_class",
     "response_fields",
     "response_header_size",
     "response_header_version",

@@ -26,25 +26,30 @@ Pure: no IO, no clock.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import types
 import typing
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from proxy.wire.apis import ApiKey
 from proxy.wire.codec import Entity, UnsupportedVersion, request_schema, response_schema
+from proxy.wire.entities import (
+    MISSING,
+    EntityError,
+    FieldInfo,
+    field_infos,
+    is_entity_class,
+    unwrap_optional,
+    zero_value,
+)
+from proxy.wire.errors import ErrorCode
 
-JOIN_GROUP = 11
-LEAVE_GROUP = 13
-FIND_COORDINATOR = 10
-OFFSET_FETCH = 9
+JOIN_GROUP = ApiKey.JOIN_GROUP
+LEAVE_GROUP = ApiKey.LEAVE_GROUP
+FIND_COORDINATOR = ApiKey.FIND_COORDINATOR
+OFFSET_FETCH = ApiKey.OFFSET_FETCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,80 +78,21 @@ class ConversionError(ValueError):
     """The entity cannot be converted at all (not a kio entity, or no schema for the target)."""
 
 
-_MISSING: Any = object()
-
-
-@dataclass(frozen=True, slots=True)
-class _FieldInfo:
-    name: str
-    annotation: Any
-    default: Any  # _MISSING when the field has none
-
-
-def _fields(cls: Any) -> tuple[_FieldInfo, ...]:
-    return _fields_cached(cls)
-
-
-@lru_cache(maxsize=2048)
-def _fields_cached(cls: Any) -> tuple[_FieldInfo, ...]:
-    hints = typing.get_type_hints(cls)
-    infos = []
-    for f in dataclasses.fields(cls):
-        default: Any = _MISSING
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        infos.append(_FieldInfo(f.name, hints[f.name], default))
-    return tuple(infos)
-
-
-def _is_entity_class(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp) and hasattr(tp, "__type__")
-
-
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    """(inner type, nullable) of `X | None`."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        nullable = len(args) != len(typing.get_args(tp))
-        inner = args[0] if len(args) == 1 else tp
-        return inner, nullable
-    return tp, False
+# Field metadata and Kafka's implicit defaults come from the one entity builder.
+_MISSING = MISSING
+_fields = field_infos
+_is_entity_class = is_entity_class
+_unwrap_optional = unwrap_optional
 
 
 def _zero(tp: Any) -> Any:
-    """Kafka's implicit default for a field with no explicit one (0, "", false, empty, null)."""
-    inner, nullable = _unwrap_optional(tp)
-    if nullable:
-        return None
-    if typing.get_origin(inner) is tuple:
-        return ()
-    if _is_entity_class(inner):
-        return _build(inner, {}, "", [])
-    if isinstance(inner, type):
-        if issubclass(inner, ErrorCode):
-            return ErrorCode.none
-        if issubclass(inner, bool):
-            return False
-        if issubclass(inner, int):
-            return inner(0)
-        if issubclass(inner, float):
-            return inner(0.0)
-        if issubclass(inner, str):
-            return ""
-        if issubclass(inner, bytes):
-            return b""
-        if issubclass(inner, datetime.timedelta):
-            parse: Callable[[datetime.timedelta], Any] = getattr(inner, "parse", inner)
-            return parse(datetime.timedelta(0))
-        if issubclass(inner, uuid.UUID):
-            return None
-    raise ConversionError(f"no zero value for field type {tp!r}")
+    try:
+        return zero_value(tp)
+    except EntityError as exc:
+        raise ConversionError(str(exc)) from exc
 
 
-def _default(info: _FieldInfo) -> Any:
+def _default(info: FieldInfo) -> Any:
     return _zero(info.annotation) if info.default is _MISSING else info.default
 
 

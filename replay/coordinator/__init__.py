@@ -1,11 +1,17 @@
 """Sans-IO reference classic group coordinator (Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup
 state machine), driven by `handle(now_ms, context, request)`, `advance(now_ms)` and
-`next_deadline()`. No sockets, no clock, no asyncio: time is an argument."""
+`next_deadline()`. No sockets, no clock, no asyncio: time is an argument.
+
+Layout (Kafka's names in brackets): core.py routes requests by API key [GroupCoordinatorShard];
+parse.py parses each request once; runtime.py holds groups, timers and outputs; rebalance.py,
+join.py and classic.py are the classic group manager [GroupMetadataManager]; offsets.py the
+offsets [OffsetMetadataManager]; group.py the group and member state [ClassicGroup]."""
 
 from replay.coordinator.core import (
     SUPPORTED_VERSIONS,
     CoordinatorFault,
     GroupCoordinator,
+    Route,
     UnsupportedRequest,
 )
 from replay.coordinator.group import ClassicGroup, Member
@@ -36,5 +42,6 @@ __all__ = [
     "Output",
     "RequestContext",
     "Respond",
+    "Route",
     "UnsupportedRequest",
 ]

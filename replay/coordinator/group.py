@@ -71,14 +71,6 @@ class Member:
         raise ValueError("member does not support any of the candidate protocols")
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-    commit_ts_ms: int
-
-
 @dataclass(slots=True)
 class ClassicGroup:
     """GroupMetadata.scala. Every mutation of membership goes through add/remove/replace so the
@@ -103,7 +95,6 @@ class ClassicGroup:
     # with the same protocols must not recount every vote).
     protocol_epoch: int = 0
     _selected: tuple[int, str] | None = None
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     # currentStateTimestamp: when the group entered its state (offset expiry counts from it).
     state_timestamp_ms: int = 0
 
@@ -124,22 +115,6 @@ class ClassicGroup:
         self.state = target
         self.state_timestamp_ms = now_ms
         return previous
-
-    def remove_expired_offsets(self, now_ms: int, retention_ms: int) -> int:
-        """GroupMetadata.removeExpiredOffsets / ClassicGroup.offsetExpirationCondition: an Empty
-        group's offsets expire `retention_ms` after it became Empty; a group without a protocol
-        type (offsets committed by a standalone consumer) expires each offset `retention_ms` after
-        its commit. (Kafka also expires a Stable consumer group's offsets of topics no member
-        subscribes to; this coordinator does not parse subscriptions and keeps those.)"""
-        if self.protocol_type is None:
-            expired = [tp for tp, o in self.offsets.items() if now_ms - o.commit_ts_ms >= retention_ms]
-        elif self.state is GroupState.EMPTY and now_ms - self.state_timestamp_ms >= retention_ms:
-            expired = list(self.offsets)
-        else:
-            return 0
-        for tp in expired:
-            del self.offsets[tp]
-        return len(expired)
 
     def can_rebalance(self) -> bool:
         return self.state in VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]

@@ -13,14 +13,14 @@ from typing import Any
 from kio.static.primitive import i32Timedelta
 
 from proxy.wire.codec import request_schema
-from replay.coordinator.entities import build_entity, nested_of
+from proxy.wire.entities import build, nested_of
 
 
 def _nested(api_key: int, api_version: int, name: str) -> type[Any]:
     return nested_of(request_schema(api_key, api_version), name)
 
 
-_build = build_entity
+_build = build
 
 
 @lru_cache(maxsize=1024)

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from proxy.wire.codec import response_schema
-from replay.coordinator.entities import fields_of, nested_of
+from proxy.wire.entities import build as build_entity
+from proxy.wire.entities import fields_of, nested_of
+from proxy.wire.errors import ErrorCode
 
 ZERO_THROTTLE: Any = i32Timedelta.parse(datetime.timedelta(0))
 _ERRORS: dict[int, ErrorCode] = {int(code.value): code for code in ErrorCode}
@@ -35,10 +36,9 @@ def nested(api_key: int, api_version: int, name: str) -> type[Any]:
 
 
 def build(schema: type[Any], values: dict[str, Any]) -> Any:
-    names = _fields(schema)
-    if "throttle_time" in names and "throttle_time" not in values:
-        values["throttle_time"] = ZERO_THROTTLE
-    return schema(**{k: v for k, v in values.items() if k in names})
+    """proxy.wire's one entity builder (a missing throttle time is zero, as any missing field
+    takes Kafka's implicit default)."""
+    return build_entity(schema, values)
 
 
 def make(api_key: int, api_version: int, **values: Any) -> Any:

@@ -1,0 +1,240 @@
+"""The classic group manager: JoinGroup (join.py) plus SyncGroup, Heartbeat, LeaveGroup,
+DescribeGroups and ListGroups (GroupCoordinator.scala handleSyncGroup/doSyncGroup,
+handleHeartbeat, handleLeaveGroup, handleDescribeGroup, handleListGroups; GroupMetadataManager.java
+classicGroupSync, classicGroupHeartbeat, classicGroupLeave, describeGroups, listGroups).
+
+Every handler takes (ctx, request, group): the request parsed once (parse.py), and the group its
+group id names, or None when there is none (or the API names several).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.wire.apis import ApiKey
+from proxy.wire.errors import ErrorCode as E
+from replay.coordinator import parse as P
+from replay.coordinator import responses as R
+from replay.coordinator.group import ClassicGroup
+from replay.coordinator.join import JoinGroupHandling
+from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
+from replay.coordinator.types import GroupEventKind, GroupState, KafkaBehaviour, RequestContext
+
+
+class ClassicGroupManager(JoinGroupHandling):
+    # --- SyncGroup ---------------------------------------------------------------------------
+    def sync_group(self, ctx: RequestContext, request: P.SyncGroup, group: ClassicGroup | None) -> None:
+        """GroupCoordinator.handleSyncGroup / doSyncGroup."""
+        api_version = ctx.api_version
+        group_id, generation_id, member_id, group_instance_id, protocol_type, protocol_name, _ = request
+        if not group_id:
+            self._respond(ctx, R.sync_group(api_version, E.invalid_group_id))
+            return
+        if api_version >= 5 and (protocol_type is None or protocol_name is None):
+            # KafkaApis: SyncGroupRequest.areMandatoryProtocolTypeAndNamePresent
+            self._respond(ctx, R.sync_group(api_version, E.inconsistent_group_protocol))
+            return
+        if group is None:
+            self._respond(ctx, R.sync_group(api_version, E.unknown_member_id))
+            return
+        if group.is_in(GroupState.DEAD):
+            self._respond(ctx, R.sync_group(api_version, E.coordinator_not_available))
+            return
+        code = self._validate_member(group, member_id, group_instance_id)
+        if code == E.none:
+            if generation_id != group.generation_id:
+                code = E.illegal_generation
+            elif (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and protocol_name != group.protocol_name
+            ):
+                code = E.inconsistent_group_protocol
+        if code != E.none:
+            if code == E.fenced_instance_id:
+                self._fenced(group, member_id, group_instance_id, "sync-group")
+            self._respond(ctx, R.sync_group(api_version, code))
+            return
+        match group.state:
+            case GroupState.EMPTY:
+                self._respond(ctx, R.sync_group(api_version, E.unknown_member_id))
+            case GroupState.PREPARING_REBALANCE:
+                self._respond(ctx, R.sync_group(api_version, E.rebalance_in_progress))
+            case GroupState.COMPLETING_REBALANCE:
+                member = group.members[member_id]
+                member.awaiting_sync = ctx
+                self._remove_pending_sync_member(group, member_id)
+                if group.is_leader(member_id):
+                    assignments = dict(request.assignments)
+                    for m in group.members.values():
+                        m.assignment = assignments.get(m.member_id, b"")
+                    self._propagate_assignment(group, E.none)
+                    self._transition(group, GroupState.STABLE, "leader sent the assignment")
+            case GroupState.STABLE:
+                self._remove_pending_sync_member(group, member_id)
+                member = group.members[member_id]
+                self._respond(
+                    ctx,
+                    R.sync_group(
+                        api_version,
+                        E.none,
+                        assignment=member.assignment,
+                        protocol_type=group.protocol_type,
+                        protocol_name=group.protocol_name,
+                    ),
+                )
+                self._schedule_heartbeat(group, member, member.session_timeout_ms)
+            case _:
+                raise AssertionError(f"SyncGroup reached group {group.group_id} in {group.state}")
+
+    def heartbeat(self, ctx: RequestContext, request: P.Heartbeat, group: ClassicGroup | None) -> None:
+        """GroupCoordinator.handleHeartbeat / validateHeartbeat."""
+        api_version = ctx.api_version
+        group_id, generation_id, member_id, group_instance_id = request
+        if not group_id:
+            self._respond(ctx, R.heartbeat(api_version, E.invalid_group_id))
+            return
+        if group is None:
+            self._respond(ctx, R.heartbeat(api_version, E.unknown_member_id))
+            return
+        if group.is_in(GroupState.DEAD):
+            self._respond(ctx, R.heartbeat(api_version, E.coordinator_not_available))
+            return
+        code = self._validate_member(group, member_id, group_instance_id)
+        if code == E.none and generation_id != group.generation_id:
+            code = E.illegal_generation
+        if code == E.none:
+            state = group.state
+            if state is GroupState.EMPTY:
+                code = E.unknown_member_id
+            else:
+                member = group.members[member_id]
+                self._schedule_heartbeat(group, member, member.session_timeout_ms)
+                if state is GroupState.PREPARING_REBALANCE:
+                    code = E.rebalance_in_progress
+        elif code == E.fenced_instance_id:
+            self._fenced(group, member_id, group_instance_id, "heartbeat")
+        self._respond(ctx, R.heartbeat(api_version, code))
+
+    # --- LeaveGroup --------------------------------------------------------------------------
+    def leave_group(self, ctx: RequestContext, request: P.LeaveGroup, group: ClassicGroup | None) -> None:
+        """GroupCoordinator.handleLeaveGroup / GroupMetadataManager.classicGroupLeave."""
+        api_version = ctx.api_version
+        leaving = request.members
+        if not request.group_id:
+            self._respond(ctx, R.leave_group(api_version, E.invalid_group_id, []))
+            return
+        if group is None:
+            # Scala: per-member UNKNOWN_MEMBER_ID. The new coordinator's classicGroupLeave throws
+            # UnknownMemberIdException, which GroupCoordinatorService.leaveGroup turns back into
+            # the same per-member errors (checked against 3.9 and 4.x brokers).
+            self._respond(
+                ctx, R.leave_group(api_version, E.none, [(m, i, E.unknown_member_id) for m, i in leaving])
+            )
+            return
+        if group.is_in(GroupState.DEAD):
+            self._respond(ctx, R.leave_group(api_version, E.coordinator_not_available, []))
+            return
+        results: list[tuple[str, str | None, int]] = []
+        for member_id, group_instance_id in leaving:
+            if member_id == UNKNOWN_MEMBER:
+                current = group.static_member_id(group_instance_id) if group_instance_id is not None else None
+                if current is not None:
+                    self._remove_current_member(group, current)
+                    results.append((member_id, group_instance_id, E.none))
+                else:
+                    results.append((member_id, group_instance_id, E.unknown_member_id))
+            elif group.is_pending_member(member_id):
+                self._remove_pending_member(group, member_id)
+                self.timers.cancel(heartbeat_key(group.group_id, member_id))
+                results.append((member_id, group_instance_id, E.none))
+            else:
+                code = self._validate_member(group, member_id, group_instance_id)
+                if code == E.none:
+                    self._remove_current_member(group, member_id)
+                elif code == E.fenced_instance_id:
+                    self._fenced(group, member_id, group_instance_id, "leave-group")
+                results.append((member_id, group_instance_id, code))
+        self._respond(ctx, R.leave_group(api_version, E.none, results))
+
+    def _remove_current_member(self, group: ClassicGroup, member_id: str) -> None:
+        member = group.members[member_id]
+        self._remove_member_and_update_group(group, member, GroupEventKind.MEMBER_LEFT, "LeaveGroup")
+
+    # --- DescribeGroups and ListGroups --------------------------------------------------------
+    def describe_groups(
+        self, ctx: RequestContext, request: P.DescribeGroups, group: ClassicGroup | None
+    ) -> None:
+        """GroupCoordinator.handleDescribeGroup / GroupMetadata.summary (ClassicGroup.describe on
+        the new coordinator): protocol data and member metadata only when Stable; an unknown
+        group is described as Dead."""
+        api_version = ctx.api_version
+        group_cls = R.nested(ApiKey.DESCRIBE_GROUPS, api_version, "DescribedGroup")
+        member_cls = R.nested(ApiKey.DESCRIBE_GROUPS, api_version, "DescribedGroupMember")
+        described = []
+        for group_id in request.groups:
+            group = self.groups.get(group_id)
+            values: dict[str, Any] = {
+                "error_code": R.error(E.none),
+                "group_id": group_id,
+                "authorized_operations": -(2**31),
+            }
+            if group is None:
+                values |= {"group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": ()}
+                if api_version >= 6:
+                    values["error_code"] = R.error(E.group_id_not_found)
+            else:
+                stable = group.is_in(GroupState.STABLE)
+                # Outside Stable, Scala's MemberMetadata.summaryNoMetadata blanks metadata and
+                # assignment; the new coordinator's ClassicGroupMember.describeNoMetadata keeps the
+                # assignment (seen on 3.9-new and 4.x brokers in batch-leave-static).
+                keep_assignment = self.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR
+                members = tuple(
+                    R.build(
+                        member_cls,
+                        {
+                            "member_id": m.member_id,
+                            "group_instance_id": m.group_instance_id,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "member_metadata": m.metadata(group.protocol_name)
+                            if stable and group.protocol_name
+                            else b"",
+                            "member_assignment": m.assignment if stable or keep_assignment else b"",
+                        },
+                    )
+                    for m in group.members.values()
+                )
+                values |= {
+                    "group_state": group.state.value,
+                    "protocol_type": group.protocol_type or "",
+                    "protocol_data": (group.protocol_name or "") if stable else "",
+                    "members": members,
+                }
+            described.append(R.build(group_cls, values))
+        self._respond(ctx, R.make(ApiKey.DESCRIBE_GROUPS, api_version, groups=tuple(described)))
+
+    def list_groups(self, ctx: RequestContext, request: P.ListGroups, group: ClassicGroup | None) -> None:
+        """GroupCoordinator.handleListGroups with the v4 states filter (case-insensitive)."""
+        api_version = ctx.api_version
+        states, types = request
+        listed_cls = R.nested(ApiKey.LIST_GROUPS, api_version, "ListedGroup")
+        listed = []
+        if not types or "classic" in types:
+            for group in self.groups.values():
+                if group.is_in(GroupState.DEAD):
+                    continue
+                if states and group.state.value.lower() not in states:
+                    continue
+                listed.append(
+                    R.build(
+                        listed_cls,
+                        {
+                            "group_id": group.group_id,
+                            "protocol_type": group.protocol_type or "",
+                            "group_state": group.state.value,
+                            "group_type": "classic",
+                        },
+                    )
+                )
+        self._respond(
+            ctx, R.make(ApiKey.LIST_GROUPS, api_version, error_code=R.error(E.none), groups=tuple(listed))
+        )

@@ -1,0 +1,367 @@
+"""JoinGroup: GroupCoordinator.scala handleJoinGroup, doNewMemberJoinGroup,
+doStaticNewMemberJoinGroup, doDynamicNewMemberJoinGroup, doCurrentMemberJoinGroup,
+addMemberAndRebalance, updateStaticMemberAndRebalance (GroupMetadataManager.java: classicGroupJoin,
+classicGroupJoinNewMember, classicGroupJoinExistingMember,
+updateStaticMemberThenRebalanceOrCompleteJoin)."""
+
+from __future__ import annotations
+
+from proxy.wire.errors import ErrorCode as E
+from replay.coordinator import parse as P
+from replay.coordinator import responses as R
+from replay.coordinator.group import ClassicGroup, Member, Protocols
+from replay.coordinator.rebalance import Rebalancing
+from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
+from replay.coordinator.types import GroupEventKind, GroupState, RequestContext
+
+
+class JoinGroupHandling(Rebalancing):
+    def join_group(self, ctx: RequestContext, request: P.JoinGroup, group: ClassicGroup | None) -> None:
+        """GroupCoordinator.handleJoinGroup (+ KafkaApis.handleJoinGroupRequest version rules)."""
+        (
+            group_id,
+            member_id,
+            group_instance_id,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            protocols,
+            _,
+        ) = request
+        if not group_id:
+            self._join_error(ctx, member_id, E.invalid_group_id)
+            return
+        if not (
+            self.config.group_min_session_timeout_ms
+            <= session_timeout_ms
+            <= self.config.group_max_session_timeout_ms
+        ):
+            self._join_error(ctx, member_id, E.invalid_session_timeout)
+            return
+        is_unknown_member = member_id == UNKNOWN_MEMBER
+        if group is None:
+            if not is_unknown_member:
+                self._join_error(ctx, member_id, E.unknown_member_id)
+                return
+            group = self._create_group(group_id)
+
+        if not self._accept_joining_member(group, member_id):
+            group.remove(member_id)
+            self._join_error(ctx, UNKNOWN_MEMBER, E.group_max_size_reached)
+        elif is_unknown_member:
+            self._join_new_member(
+                ctx,
+                group,
+                group_instance_id,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                protocol_type,
+                protocols,
+            )
+        else:
+            self._join_current_member(
+                ctx,
+                group,
+                member_id,
+                group_instance_id,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                protocol_type,
+                protocols,
+            )
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group)
+
+    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        """GroupCoordinator.acceptJoiningMember (group.max.size)."""
+        max_size = self.config.group_max_size
+        match group.state:
+            case GroupState.EMPTY | GroupState.DEAD:
+                return True
+            case GroupState.PREPARING_REBALANCE:
+                member = group.members.get(member_id)
+                return (member is not None and member.awaiting_join is not None) or (
+                    group.num_awaiting_join < max_size
+                )
+            case _:
+                return member_id in group.members or len(group.members) < max_size
+
+    def _join_new_member(
+        self,
+        ctx: RequestContext,
+        group: ClassicGroup,
+        group_instance_id: str | None,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: Protocols,
+    ) -> None:
+        """GroupCoordinator.doNewMemberJoinGroup / GroupMetadataManager.classicGroupJoinNewMember."""
+        if group.is_in(GroupState.DEAD):
+            self._join_error(ctx, UNKNOWN_MEMBER, E.coordinator_not_available)
+            return
+        if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
+            self._join_error(ctx, UNKNOWN_MEMBER, E.inconsistent_group_protocol)
+            return
+        new_member_id = self._generate_member_id(ctx.client_id, group_instance_id)
+        if group_instance_id is not None:
+            old_member_id = group.static_member_id(group_instance_id)
+            if old_member_id is not None:
+                self._update_static_member_and_rebalance(
+                    ctx,
+                    group,
+                    old_member_id,
+                    new_member_id,
+                    group_instance_id,
+                    protocols,
+                    rebalance_timeout_ms,
+                    session_timeout_ms,
+                )
+            else:
+                self._add_member_and_rebalance(
+                    ctx,
+                    group,
+                    new_member_id,
+                    group_instance_id,
+                    rebalance_timeout_ms,
+                    session_timeout_ms,
+                    protocol_type,
+                    protocols,
+                )
+        elif ctx.api_version >= 4:
+            # doDynamicNewMemberJoinGroup with requireKnownMemberId (JoinGroup v4+, KIP-394).
+            group.pending_members.add(new_member_id)
+            group_id = group.group_id
+            self.timers.schedule(
+                heartbeat_key(group_id, new_member_id),
+                self._now_ms + session_timeout_ms,
+                lambda now: self._expire_heartbeat(group_id, new_member_id),
+            )
+            self._join_error(ctx, new_member_id, E.member_id_required)
+        else:
+            self._add_member_and_rebalance(
+                ctx,
+                group,
+                new_member_id,
+                None,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                protocol_type,
+                protocols,
+            )
+
+    def _join_current_member(
+        self,
+        ctx: RequestContext,
+        group: ClassicGroup,
+        member_id: str,
+        group_instance_id: str | None,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: Protocols,
+    ) -> None:
+        """GroupCoordinator.doCurrentMemberJoinGroup / classicGroupJoinExistingMember."""
+        if group.is_in(GroupState.DEAD):
+            self._join_error(ctx, member_id, E.coordinator_not_available)
+            return
+        if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
+            self._join_error(ctx, member_id, E.inconsistent_group_protocol)
+            return
+        if group.is_pending_member(member_id):
+            if group_instance_id is not None:
+                # Kafka throws IllegalStateException here (-> UNKNOWN_SERVER_ERROR); a pending
+                # member is always dynamic.
+                self._join_error(ctx, member_id, E.unknown_server_error)
+                return
+            self._add_member_and_rebalance(
+                ctx,
+                group,
+                member_id,
+                None,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                protocol_type,
+                protocols,
+            )
+            return
+        code = self._validate_member(group, member_id, group_instance_id)
+        if code != E.none:
+            if code == E.fenced_instance_id:
+                self._fenced(group, member_id, group_instance_id, "join-group")
+            self._join_error(ctx, member_id, code)
+            return
+        member = group.members[member_id]
+        member.join_api_version = ctx.api_version
+        match group.state:
+            case GroupState.PREPARING_REBALANCE:
+                self._update_member_and_rebalance(
+                    ctx, group, member, protocols, rebalance_timeout_ms, session_timeout_ms, "rejoin"
+                )
+            case GroupState.COMPLETING_REBALANCE:
+                if member.matches(protocols):
+                    # The member lost its JoinGroup response: answer with the current generation.
+                    self._respond(ctx, self._join_result(ctx.api_version, group, member, leader_view=True))
+                else:
+                    self._update_member_and_rebalance(
+                        ctx,
+                        group,
+                        member,
+                        protocols,
+                        rebalance_timeout_ms,
+                        session_timeout_ms,
+                        "metadata changed",
+                    )
+            case GroupState.STABLE:
+                if group.is_leader(member_id):
+                    # The leader's JoinGroup forces a rebalance (topic metadata changes).
+                    self._update_member_and_rebalance(
+                        ctx,
+                        group,
+                        member,
+                        protocols,
+                        rebalance_timeout_ms,
+                        session_timeout_ms,
+                        "leader rejoin",
+                    )
+                elif not member.matches(protocols):
+                    self._update_member_and_rebalance(
+                        ctx,
+                        group,
+                        member,
+                        protocols,
+                        rebalance_timeout_ms,
+                        session_timeout_ms,
+                        "metadata changed",
+                    )
+                else:
+                    self._respond(ctx, self._join_result(ctx.api_version, group, member, leader_view=False))
+            case _:
+                self._join_error(ctx, member_id, E.unknown_member_id)
+
+    def _add_member_and_rebalance(
+        self,
+        ctx: RequestContext,
+        group: ClassicGroup,
+        member_id: str,
+        group_instance_id: str | None,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: Protocols,
+    ) -> None:
+        """GroupCoordinator.addMemberAndRebalance."""
+        member = Member(
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            client_id=ctx.client_id,
+            client_host=ctx.client_host,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            session_timeout_ms=session_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=protocols,
+            join_api_version=ctx.api_version,
+            is_new=True,
+        )
+        if group.is_in(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
+            group.new_member_added = True
+        group.add(member, ctx)
+        self._event(GroupEventKind.MEMBER_JOINED, group, member, reason="new member")
+        # New members cannot heartbeat yet: their JoinGroup times out after
+        # group.new.member.join.timeout (NewMemberJoinTimeoutMs, 5 minutes).
+        self._schedule_heartbeat(group, member, self.config.new_member_join_timeout_ms)
+        self._maybe_prepare_rebalance(group, f"adding new member {member_id}")
+
+    def _update_static_member_and_rebalance(
+        self,
+        ctx: RequestContext,
+        group: ClassicGroup,
+        old_member_id: str,
+        new_member_id: str,
+        group_instance_id: str,
+        protocols: Protocols,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+    ) -> None:
+        """GroupCoordinator.updateStaticMemberAndRebalance /
+        GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin."""
+        current_leader = group.leader_id
+        old = group.members[old_member_id]
+        # replaceStaticMember fences a duplicate that is parked in JoinGroup or SyncGroup.
+        parked_join = group.take_join(old)
+        if parked_join is not None:
+            self._join_error(parked_join, old_member_id, E.fenced_instance_id)
+        parked_sync = group.take_sync(old)
+        if parked_sync is not None:
+            self._respond(parked_sync, R.sync_group(parked_sync.api_version, E.fenced_instance_id))
+        if parked_join is not None or parked_sync is not None:
+            self._fenced(group, old_member_id, group_instance_id, "replaced while parked")
+        self.timers.cancel(heartbeat_key(group.group_id, old_member_id))
+        # The replacement keeps the old client id and host (MemberMetadata.clientId is a val;
+        # ClassicGroup.replaceStaticMember copies them), so DescribeGroups shows the first ones.
+        member = group.replace_static_member(group_instance_id, old_member_id, new_member_id)
+        member.join_api_version = ctx.api_version
+        self._schedule_heartbeat(group, member, member.session_timeout_ms)
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, ctx)
+        self._event(
+            GroupEventKind.MEMBER_JOINED, group, member, reason=f"static member replaces {old_member_id}"
+        )
+        match group.state:
+            case GroupState.STABLE:
+                if group.protocol_name == group.select_protocol():
+                    # No rebalance: the member gets the current generation and its old assignment.
+                    parked = group.take_join(member)
+                    assert parked is not None
+                    if ctx.api_version >= 9:
+                        # KIP-814: the rejoining leader learns it leads, with every member's
+                        # metadata, and skips the assignment.
+                        is_leader = group.is_leader(new_member_id)
+                        response = R.join_group(
+                            ctx.api_version,
+                            E.none,
+                            member_id=new_member_id,
+                            generation_id=group.generation_id,
+                            protocol_type=group.protocol_type,
+                            protocol_name=group.protocol_name,
+                            leader=group.leader_id or "",
+                            skip_assignment=is_leader,
+                            members=group.current_member_metadata() if is_leader else [],
+                        )
+                    else:
+                        # Before v9 the old leader id is returned so that a rejoining leader does
+                        # not assign (its assignment would not be propagated by a Stable group).
+                        response = R.join_group(
+                            ctx.api_version,
+                            E.none,
+                            member_id=new_member_id,
+                            generation_id=group.generation_id,
+                            protocol_type=group.protocol_type,
+                            protocol_name=group.protocol_name,
+                            leader=current_leader or "",
+                            members=[],
+                        )
+                    self._respond(parked, response)
+                else:
+                    self._maybe_prepare_rebalance(group, "static member rejoined with a protocol change")
+            case GroupState.COMPLETING_REBALANCE:
+                # The leader may already have been sent the old member id: rebalance again.
+                self._prepare_rebalance(group, f"static member {group_instance_id} rejoined during sync")
+            case GroupState.PREPARING_REBALANCE:
+                pass
+            case _:
+                raise AssertionError(
+                    f"group {group.group_id} in {group.state} when static member {group_instance_id} rejoined"
+                )
+
+    def _update_member_and_rebalance(
+        self,
+        ctx: RequestContext,
+        group: ClassicGroup,
+        member: Member,
+        protocols: Protocols,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        reason: str,
+    ) -> None:
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, ctx)
+        self._maybe_prepare_rebalance(group, f"{reason}: {member.member_id}")
