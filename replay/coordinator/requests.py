@@ -10,7 +10,7 @@ import datetime
 from functools import lru_cache
 from typing import Any
 
-from kio.static.primitive import i32Timedelta
+from kio.static.primitive import i32Timedelta, i64Timedelta
 
 from proxy.wire.codec import request_schema
 from proxy.wire.entities import build, nested_of
@@ -163,7 +163,8 @@ def offset_commit(
             "generation_id_or_member_epoch": generation_id,
             "member_id": member_id,
             "group_instance_id": group_instance_id,
-            "retention_time": -1,
+            # OffsetCommitRequest.DEFAULT_RETENTION_TIME (v2-4): the broker's retention.
+            "retention_time": i64Timedelta.parse(datetime.timedelta(milliseconds=-1)),
             "topics": topics,
         },
     )

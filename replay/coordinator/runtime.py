@@ -99,7 +99,9 @@ class CoordinatorRuntime:
         self.fault_count += 1
         message = f"{where} failed at {self._now_ms} ms: {type(exc).__name__}: {exc}"
         self.faults.append(message)
-        log.warning("%s", message, exc_info=exc)
+        # One line per fault; the traceback only when debugging (a hostile client can cause many).
+        log.warning("%s", message)
+        log.debug("%s", message, exc_info=exc)
 
     def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
         raise NotImplementedError  # rebalance.Rebalancing
