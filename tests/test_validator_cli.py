@@ -24,10 +24,10 @@ pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession  # noqa: E402
 
+from tests.support.spark import shared_test_session  # noqa: E402
+from tests.support.synth_events import SCENARIOS, injected_differences, synth_events, write_jsonl_tree  # noqa: E402
 from validator.cli import run  # noqa: E402
 from validator.schemas import COMPATIBILITY_MATRIX_SCHEMA, REBALANCE_DIFF_SCHEMA  # noqa: E402
-from validator.session import shared_test_session  # noqa: E402
-from validator.synth import SCENARIOS, injected_differences, synth_events, write_jsonl_tree  # noqa: E402
 
 SESSIONS, DIFF_RATE, NOISE_RATE = 12, 0.5, 0.5
 
@@ -202,7 +202,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     shutil.which("chromium") is None, reason="chromium not installed (apt-get install chromium)"
 )
 def test_report_renders_in_headless_chromium(validated: tuple[int, Path, Path], tmp_path: Path) -> None:
-    from validator.report.render_check import render_png
+    from tests.support.render_check import render_png
 
     _, report, _ = validated
     png = render_png(report, tmp_path / "report.png", width=1200, height=1600)

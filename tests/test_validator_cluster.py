@@ -100,8 +100,8 @@ def _wait(ready: Callable[[], bool], what: str, work: Path, timeout_s: float = 1
 
 
 def test_spark_main_on_a_standalone_cluster_equals_local_mode(standalone_master: str, tmp_path: Path) -> None:
+    from tests.support.spark import shared_test_session
     from tests.test_validator_golden import TABLES, assert_golden
-    from validator.session import shared_test_session
 
     out = tmp_path / "tables"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)

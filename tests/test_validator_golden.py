@@ -3,7 +3,7 @@ give the same results).
 
 `fixtures/events/golden/<case>/<table>.jsonl` holds every output table's rows, sorted, as written by
 the job before it was restructured into one aggregation pass per run and one for the diff. Two
-cases: the `fixtures/events/synthetic` files, and 40 synthetic sessions (`validator.synth`, seed 7,
+cases: the `fixtures/events/synthetic` files, and 40 synthetic sessions (`tests.support.synth_events`, seed 7,
 half with injected differences, half noisy). Regenerate (only when a change of results is meant):
 
     .venv/bin/python tests/test_validator_golden.py
@@ -28,9 +28,9 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession  # noqa: E402
 
+from tests.support.spark import shared_test_session  # noqa: E402
+from tests.support.synth_events import synth_events  # noqa: E402
 from validator.jobs import ValidateOptions, run_validate  # noqa: E402
-from validator.session import shared_test_session  # noqa: E402
-from validator.synth import synth_events  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "fixtures" / "events" / "golden"

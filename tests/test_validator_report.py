@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from validator.report.render_check import find_chromium, render_png
+from tests.support.render_check import find_chromium, render_png
 from validator.session import java_problem
 
 pytestmark = [
@@ -31,10 +31,10 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession  # noqa: E402
 
+from tests.support.spark import shared_test_session  # noqa: E402
+from tests.support.synth_events import synth_events  # noqa: E402
 from validator.jobs import ValidateOptions, run_validate  # noqa: E402
 from validator.report.html import render_html  # noqa: E402
-from validator.session import shared_test_session  # noqa: E402
-from validator.synth import synth_events  # noqa: E402
 
 LAYOUT_PROBE = """
 <script>

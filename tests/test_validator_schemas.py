@@ -60,7 +60,7 @@ def test_read_schemas_are_all_nullable_and_json_keeps_corrupt_records() -> None:
 @pytest.mark.spark
 @pytest.mark.skipif(java_problem() is not None, reason=f"Spark needs Java: {java_problem()}")
 def test_replay_written_jsonl_reads_back_with_no_bad_rows(tmp_path) -> None:
-    from validator.session import shared_test_session
+    from tests.support.spark import shared_test_session
     from validator.transforms import flag_bad_rows
 
     events = [

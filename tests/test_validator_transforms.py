@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.testing import assertDataFrameEqual  # noqa: E402
 
+from tests.support.spark import shared_test_session  # noqa: E402
 from validator import compare as C  # noqa: E402
 from validator import transforms as T  # noqa: E402
 from validator.schemas import (  # noqa: E402
@@ -27,7 +28,6 @@ from validator.schemas import (  # noqa: E402
     OBSERVED_REBALANCES_SCHEMA,
     READ_SCHEMA,
 )
-from validator.session import shared_test_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")

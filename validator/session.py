@@ -119,17 +119,3 @@ def build_session(
     spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(OBJECT_HASH_AGG_KEYS))
     spark.conf.set("spark.sql.inMemoryColumnarStorage.batchSize", "2000")
     return spark
-
-
-_TEST_SESSION: SparkSession | None = None
-
-
-def shared_test_session() -> SparkSession:
-    """One small local[2] session for a whole pytest run, however many test modules ask."""
-    global _TEST_SESSION
-    if _TEST_SESSION is None:
-        import atexit
-
-        _TEST_SESSION = build_session("local[2]", app_name="group-replay-tests", shuffle_partitions=2)
-        atexit.register(_TEST_SESSION.stop)
-    return _TEST_SESSION

@@ -1,6 +1,6 @@
 """Render the HTML report in headless Chromium to a PNG, to look at it (and check it is not blank).
 
-    python -m validator.report.render_check report.html report.png
+    python -m tests.support.render_check report.html report.png
 
 Needs `chromium` (Debian: `apt-get install chromium`); no network is used (the report is
 self-contained and the flags switch off Chromium's own background traffic).
@@ -58,7 +58,7 @@ def render_png(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m validator.report.render_check", description=__doc__.splitlines()[0]
+        prog="python -m tests.support.render_check", description=__doc__.splitlines()[0]
     )
     parser.add_argument("html", type=Path)
     parser.add_argument("png", type=Path)
