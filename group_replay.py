@@ -19,9 +19,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "start, stop or inspect a real Kafka broker built from Maven jars",
     ),
     "demo": (
-        "proxy.demo",
+        "demo.cli",
         "main",
-        "record a demo consumer group (static and dynamic members) through the proxy; show the capture",
+        "the whole loop in ~2 minutes: record a real group, replay it under two scenarios, validate",
     ),
     "proxy": ("proxy.cli", "main", "transparent Kafka proxy that records group traffic and can rewrite it"),
     "capture": ("proxy.capture.cli", "main", "show or export a pcapng capture recorded by the proxy"),
@@ -30,6 +30,51 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "scenarios": ("replay.cli", "scenarios_main", "list or show the built-in scenario library"),
     "validate": ("validator.cli", "main", "diff expected vs observed rebalances with Spark; write a report"),
 }
+
+
+# Optional extras (pyproject [project.optional-dependencies]) and the modules each brings.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "spark": ("pyspark", "pyarrow"),
+    "clients": ("confluent_kafka", "kafka", "aiokafka"),
+    "containers": ("testcontainers",),
+}
+EXTRA_OF_MODULE: dict[str, str] = {module: extra for extra, modules in EXTRAS.items() for module in modules}
+
+
+def install_hint(extras: list[str] | tuple[str, ...]) -> str:
+    return f"pip install 'group-replay[{','.join(sorted(set(extras)))}]'"
+
+
+def missing_extras(*extras: str) -> str | None:
+    """One line naming what to install when a module of these extras is missing, else None (a
+    module set to None in sys.modules, the tests' way of removing an installed extra, counts as
+    missing: `find_spec` returns None for it)."""
+    import importlib.util
+
+    missing = []
+    for extra in extras:
+        for module in EXTRAS[extra]:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                missing.append((extra, module))
+    if not missing:
+        return None
+    wanted = [extra for extra, _ in missing]
+    names = ", ".join(module for _, module in missing)
+    extras_named = " and ".join(sorted(set(wanted))) + (" extra" if len(set(wanted)) == 1 else " extras")
+    return f"needs the {extras_named} ({names} not installed): {install_hint(wanted)}"
+
+
+def _missing_module_line(name: str, exc: ModuleNotFoundError) -> str | None:
+    """The one line for a command that failed on an optional extra's module, else None."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return None
+    return f"group-replay {name}: needs the {extra} extra ({top} not installed): {install_hint([extra])}"
 
 
 def _usage() -> str:
@@ -57,13 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     module_name, func_name, _ = COMMANDS[name]
     try:
         module = importlib.import_module(module_name)
+        return int(getattr(module, func_name)(rest) or 0)
     except ModuleNotFoundError as exc:
-        # A stage that is not built yet, or an optional extra that is not installed.
-        print(f"group-replay {name}: not available ({exc})", file=sys.stderr)
+        # An optional extra that is not installed: say which one, in one line, exit 2.
+        line = _missing_module_line(name, exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
         return 2
-    func = getattr(module, func_name)
-    try:
-        return int(func(rest) or 0)
     except KeyboardInterrupt:
         return 130
 

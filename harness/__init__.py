@@ -1,18 +1,21 @@
-"""Real Kafka brokers (from Maven Central jars, as processes or in containers) and real clients.
+"""Real Kafka brokers from Maven Central jars (as processes or in containers): the product's
+broker provider (`group-replay broker`, `replay --against broker:VERSION`, the demo) and the
+tests' broker fixtures. The real clients live in `demo.clients`.
 
-A leaf package: it imports none of proxy, replay or validator, so tests, benchmarks and the
-live-broker side of replay can all stand on it.
+A leaf package: it imports none of proxy, replay, validator or demo, so tests, benchmarks and the
+live-broker side of replay can all stand on it; proxy never imports it (pyproject import contracts).
 
 Public API (names other parts rely on; keep them stable):
 - `harness.broker.start_broker(kafka_version, new_coordinator=None, extra_config=None, *,
-  work_dir=None, heap_mb=384, ready_timeout_ms=90000, detach=False, progress=None) -> Broker`
+  work_dir=None, heap_mb=384, ready_timeout_ms=90000, detach=False, progress=None,
+  port=None) -> Broker`
   (`.bootstrap`, `.kafka_version`, `.new_coordinator`, `.pid`, `.log_path`, `.log_tail()`,
   `.stop()`, context manager); `find_running()` / `stop_detached()` for CLI-started brokers.
 - `harness.lines`: `KAFKA_39`, `KAFKA_4X`, `line_for(version) -> KafkaLine` (mode, coordinators).
 - `harness.admin.create_topic(bootstrap, topic, partitions=1)`.
-- `harness.clients`: `ConsumerSpec`, `ClientKind`, `start_consumer(spec) -> ConsumerProcess`
-  (`.wait_for()`, `.wait_assigned()`, `.assignments()`, `.stop()`, `.kill()`).
-- `harness.demo.run_group(bootstrap, topic, partitions, ...) -> GroupRun`, `render_table(run)`.
+- `harness.cli.KAFKA_GROUP_DEFAULTS`: Kafka's group settings for brokers started for a user.
+- (moved) `demo.clients`: `ConsumerSpec`, `ClientKind`, `start_consumer(spec) -> ConsumerProcess`;
+  `demo.group.run_group(bootstrap, topic, partitions, ...) -> GroupRun`, `render_table(run)`.
 - `harness.container`: `engine.start_engine()`, `image.ensure_image(version)`,
   `kafka.ApacheKafkaContainer(image, version)`.
 - pytest fixtures in tests/conftest.py: `broker_factory`, `kafka_39`, `kafka_4x`, `make_topic`,

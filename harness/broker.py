@@ -339,6 +339,7 @@ def plan_broker(
     heap_mb: int = DEFAULT_HEAP_MB,
     progress: ProgressCallback | None = None,
     secure_listeners: tuple[SecureListener, ...] = (),
+    port: int | None = None,
 ) -> LaunchPlan:
     """Fetch the jars (once) and lay out the config for a broker; nothing is started yet.
     `secure_listeners`: SSL / SASL listeners beside PLAINTEXT (KRaft lines only)."""
@@ -349,7 +350,7 @@ def plan_broker(
     libs = broker_libs(kafka_version, progress)
     if work_dir is None:
         work_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{kafka_version}-"))
-    port, controller_port = _free_port(), _free_port()
+    port, controller_port = port or _free_port(), _free_port()  # `port`: the CLI's --port
     while controller_port == port:
         controller_port = _free_port()
     secure_ports: list[int] = []
@@ -597,6 +598,7 @@ def start_broker(
     detach: bool = False,
     progress: ProgressCallback | None = None,
     secure_listeners: tuple[SecureListener, ...] = (),
+    port: int | None = None,
 ) -> Broker:
     """Start a broker and return once it answers ApiVersions.
 
@@ -613,6 +615,7 @@ def start_broker(
             heap_mb=heap_mb,
             progress=progress,
             secure_listeners=secure_listeners,
+            port=port,
         )
         owns_work_dir = work_dir is None
         plan.write_files()

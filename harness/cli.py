@@ -1,16 +1,26 @@
 """`group-replay broker start|stop|status`: a real Kafka broker for manual work and other tools.
 
-`start` runs the broker detached (it outlives this command) and writes a state file under
-`<cache>/run/` with its pid, ports, bootstrap and data dir; `status` and `stop` find it there,
-and so can any other process (`harness.broker.find_running`).
+`start` runs the broker detached (it outlives this command) and writes a state file in a state
+directory (`--state-dir`, default `<cache>/run/`) with its pid, ports, bootstrap and data dir;
+`status` and `stop` find it there, and so can any other process (`harness.broker.find_running`).
+`stop` stops only what `start` started: the broker named by its id (the pid `start` prints), or
+every broker of one state directory; never a broker some other tool or test runs. A broker
+started here uses Kafka's own group settings (`KAFKA_GROUP_DEFAULTS`) unless `--set` says
+otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+from harness import paths
 from harness.broker import (
     BrokerError,
     BrokerState,
@@ -22,6 +32,26 @@ from harness.broker import (
 from harness.lines import DEFAULT_KAFKA_VERSION, KAFKA_4X, KAFKA_39, line_for
 from harness.maven import MavenError, missing_tools
 from harness.progress import download_progress
+
+# Kafka's own defaults for the group settings the harness's quick test settings change
+# (GroupCoordinatorConfig: GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT = 3000,
+# GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT = 6000). Brokers the product starts for a user use them
+# unless the user sets otherwise (`--set`); tests pin them to replay.brokers' table.
+KAFKA_GROUP_DEFAULTS: dict[str, str] = {
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.min.session.timeout.ms": "6000",
+}
+
+
+def _add_state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"where the state files of started brokers live (default ${paths.RUN_DIR_ENV} or "
+        "<cache>/run); relative to the current directory",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,21 +71,64 @@ def _parser() -> argparse.ArgumentParser:
         help="choose the group coordinator where the line has both (3.6-4.0)",
     )
     start.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="the client listener's port on 127.0.0.1 (default: a free one)",
+    )
+    start.add_argument(
         "--set",
         dest="settings",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="extra broker setting (repeatable)",
+        help="a broker setting (repeatable); group settings default to Kafka's own",
     )
-    start.add_argument("--heap-mb", type=int, default=384)
-    start.add_argument("--progress", choices=["on", "off"], default="on")
-    stop = sub.add_parser("stop", help="stop a broker started with `start`")
-    stop.add_argument("--version", dest="kafka_version", default=None, help="which one (default: all)")
+    start.add_argument(
+        "--heap-mb", type=int, default=384, help="the broker JVM's heap in MB (default %(default)s)"
+    )
+    start.add_argument(
+        "--progress", choices=["on", "off"], default="on", help="show jar downloads (default on)"
+    )
+    _add_state_dir(start)
+    stop = sub.add_parser("stop", help="stop a broker started with `start` (by id, or all of a state dir)")
+    stop.add_argument(
+        "ids",
+        nargs="*",
+        metavar="ID",
+        help="the id `start` printed (its pid; `status` lists them); none: every broker of the state dir",
+    )
+    stop.add_argument(
+        "--version", dest="kafka_version", default=None, help="only brokers of this Kafka version"
+    )
+    _add_state_dir(stop)
     status = sub.add_parser("status", help="list running brokers")
-    status.add_argument("--version", dest="kafka_version", default=None)
-    status.add_argument("--format", choices=["table", "json"], default="table")
+    status.add_argument(
+        "--version", dest="kafka_version", default=None, help="only brokers of this Kafka version"
+    )
+    status.add_argument(
+        "--format", choices=["table", "json"], default="table", help="output format (default table)"
+    )
+    _add_state_dir(status)
     return parser
+
+
+@contextmanager
+def _state_dir(path: Path | None) -> Iterator[None]:
+    """Point the harness's state files at `path` (absolute: resolved against the caller's directory)
+    for this command only."""
+    if path is None:
+        yield
+        return
+    before = os.environ.get(paths.RUN_DIR_ENV)
+    os.environ[paths.RUN_DIR_ENV] = os.path.abspath(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(paths.RUN_DIR_ENV, None)
+        else:
+            os.environ[paths.RUN_DIR_ENV] = before
 
 
 def _settings(pairs: list[str]) -> dict[str, str]:
@@ -73,14 +146,14 @@ def _print_table(states: list[BrokerState]) -> None:
     from rich.table import Table
 
     table = Table(title="Kafka brokers started by group-replay")
-    for column in ("version", "bootstrap", "pid", "coordinator", "up", "data dir"):
+    for column in ("id", "version", "bootstrap", "coordinator", "up", "data dir"):
         table.add_column(column)
     now_ms = int(time.time() * 1000)
     for state in states:
         table.add_row(
+            str(state.pid),
             state.kafka_version,
             state.bootstrap,
-            str(state.pid),
             "new" if state.new_coordinator else "classic",
             f"{(now_ms - state.started_at_ms) // 1000} s",
             state.data_dir,
@@ -93,32 +166,66 @@ def broker_main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    match args.action:
-        case "start":
-            return _start(args)
-        case "stop":
-            states = find_running(args.kafka_version)
-            if not states:
-                which = f"Kafka {args.kafka_version}" if args.kafka_version else "any Kafka"
-                print(f"no running broker for {which}", file=sys.stderr)
-                return 0
-            for state in states:
-                stop_detached(state)
-                print(f"stopped Kafka {state.kafka_version} (pid {state.pid}, {state.bootstrap})")
-            return 0
-        case "status":
-            states = find_running(args.kafka_version)
-            if args.format == "json":
-                import json
-                from dataclasses import asdict
-
-                print(json.dumps([asdict(s) for s in states], indent=2))
-            elif states:
-                _print_table(states)
-            else:
-                print("no running brokers")
-            return 0
+    with _state_dir(args.state_dir):
+        match args.action:
+            case "start":
+                return _start(args)
+            case "stop":
+                return _stop(args)
+            case "status":
+                return _status(args)
     return 2
+
+
+def _stop(args: argparse.Namespace) -> int:
+    states = find_running(args.kafka_version)
+    if args.ids:
+        known = {str(state.pid): state for state in states}
+        unknown = [i for i in args.ids if i not in known]
+        if unknown:
+            listed = ", ".join(f"{s.pid} (Kafka {s.kafka_version})" for s in states) or "none"
+            print(
+                f"group-replay broker: no broker with id {', '.join(unknown)} in {paths.run_dir()} "
+                f"(running: {listed})",
+                file=sys.stderr,
+            )
+            return 2
+        states = [known[i] for i in args.ids]
+    if not states:
+        which = f"Kafka {args.kafka_version}" if args.kafka_version else "broker"
+        print(f"no running {which} started from {paths.run_dir()}", file=sys.stderr)
+        return 0
+    for state in states:
+        stop_detached(state)
+        print(f"stopped Kafka {state.kafka_version} (id {state.pid}, {state.bootstrap})")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    states = find_running(args.kafka_version)
+    if args.format == "json":
+        import json
+        from dataclasses import asdict
+
+        print(json.dumps([asdict(s) for s in states], indent=2))
+    elif states:
+        _print_table(states)
+    else:
+        print("no running brokers")
+    return 0
+
+
+def _port_problem(port: int | None) -> str | None:
+    if port is None:
+        return None
+    if not 0 < port < 65536:
+        return f"--port {port}: not a TCP port"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return f"--port {port}: cannot listen there ({exc.strerror})"
+    return None
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -128,13 +235,17 @@ def _start(args: argparse.Namespace) -> int:
         return 2
     try:
         line_for(args.kafka_version)
-        settings = _settings(args.settings)
+        settings = KAFKA_GROUP_DEFAULTS | _settings(args.settings)
     except ValueError as exc:
         print(f"group-replay broker: {exc}", file=sys.stderr)
         return 2
+    problem = _port_problem(args.port)
+    if problem is not None:
+        print(f"group-replay broker: {problem}", file=sys.stderr)
+        return 2
     running = find_running(args.kafka_version)
     if running:
-        print(f"Kafka {args.kafka_version} already running at {running[0].bootstrap} (pid {running[0].pid})")
+        print(f"Kafka {args.kafka_version} already running at {running[0].bootstrap} (id {running[0].pid})")
         return 0
     try:
         with download_progress(
@@ -145,6 +256,7 @@ def _start(args: argparse.Namespace) -> int:
                 args.new_coordinator,
                 settings,
                 heap_mb=args.heap_mb,
+                port=args.port,
                 detach=True,
                 progress=progress,
             )
@@ -157,6 +269,8 @@ def _start(args: argparse.Namespace) -> int:
     path = write_state(broker.state())
     print(broker.bootstrap)
     print(
-        f"Kafka {broker.kafka_version} pid {broker.pid}; state {path}; log {broker.log_path}", file=sys.stderr
+        f"Kafka {broker.kafka_version} id {broker.pid}; state {path}; log {broker.log_path}; "
+        f"stop it with `group-replay broker stop {broker.pid}`",
+        file=sys.stderr,
     )
     return 0

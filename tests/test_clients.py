@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.clients import ClientEvent, ClientKind, ConsumerSpec, command_for, start_consumer
+from demo.clients import ClientEvent, ClientKind, ConsumerSpec, command_for, start_consumer
 from harness.lines import KAFKA_39
 
 KINDS = [

@@ -6,7 +6,7 @@ import resource
 
 import pytest
 
-from harness.clients import ClientKind, ConsumerSpec, start_consumer
+from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from harness.container.engine import containers_conf_text, ping
 from harness.lines import KAFKA_39
 

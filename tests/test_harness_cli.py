@@ -60,3 +60,70 @@ def test_start_status_stop_round_trip(run_dir, capsys) -> None:
     assert not pid_alive(state.pid)
     assert find_running() == []
     assert not (run_dir / f"broker-{KAFKA_39}.json").exists()
+
+
+def test_kafka_group_defaults_are_the_reference_coordinators() -> None:
+    """A broker the product starts and the reference coordinator start from the same (Kafka's)
+    group settings: one table pinned to the other."""
+    from harness.cli import KAFKA_GROUP_DEFAULTS
+    from replay.brokers import group_settings
+
+    defaults = group_settings(None).broker_config()
+    assert {key: defaults[key] for key in KAFKA_GROUP_DEFAULTS} == KAFKA_GROUP_DEFAULTS
+
+
+def test_stop_names_an_unknown_id_and_exits_2(run_dir, capsys) -> None:
+    assert group_replay_main(["broker", "stop", "12345678"]) == 2
+    assert "no broker with id 12345678" in capsys.readouterr().err
+
+
+def test_port_in_use_is_a_usage_error(run_dir, capsys) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert group_replay_main(["broker", "start", "--port", str(port), "--progress", "off"]) == 2
+    assert f"--port {port}: cannot listen there" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(missing_tools() is not None, reason=f"no broker: {missing_tools()}")
+def test_start_on_a_port_and_stop_only_by_id_or_state_dir(
+    run_dir, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """`start --port P --state-dir D` (relative to the caller's directory); `stop` in another state
+    dir leaves it running; `stop ID` in D stops it. It runs with Kafka's group defaults."""
+    import socket
+
+    from proxy.upstream import describe_upstream_sync
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    mine = ["--state-dir", "mine"]
+    assert group_replay_main(["broker", "start", "--port", str(port), "--progress", "off", *mine]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1] == f"127.0.0.1:{port}"
+    assert group_replay_main(["broker", "status", "--format", "json", *mine]) == 0
+    [state] = json.loads(capsys.readouterr().out)
+    assert state["port"] == port and (tmp_path / "mine" / f"broker-{KAFKA_39}.json").exists()
+    assert f"broker stop {state['pid']}" in captured.err
+    try:
+        settings = describe_upstream_sync("127.0.0.1", port)
+        assert settings.initial_rebalance_delay_ms == 3000  # Kafka's default, not the tests' 0
+        assert settings.min_session_timeout_ms == 6000
+
+        # Another state dir (and the default one) knows nothing of it: nothing is stopped.
+        assert group_replay_main(["broker", "stop", "--state-dir", "other"]) == 0
+        assert group_replay_main(["broker", "stop"]) == 0
+        assert pid_alive(state["pid"])
+        assert group_replay_main(["broker", "stop", str(state["pid"]), *mine]) == 0
+        assert f"stopped Kafka {KAFKA_39} (id {state['pid']}" in capsys.readouterr().out
+        assert not pid_alive(state["pid"])
+    finally:
+        if pid_alive(state["pid"]):
+            group_replay_main(["broker", "stop", *mine])

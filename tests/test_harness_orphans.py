@@ -29,7 +29,7 @@ pytestmark = [
 SCRIPT = f"""
 import json, sys, time
 from harness.broker import start_broker
-from harness.clients import ClientKind, ConsumerSpec, start_consumer
+from demo.clients import ClientKind, ConsumerSpec, start_consumer
 broker = start_broker({KAFKA_39!r})
 consumer = start_consumer(ConsumerSpec(ClientKind.CONFLUENT, broker.bootstrap, "g", ("t",)))
 info = {{"broker": broker.pid, "consumer": consumer.pid, "dir": str(broker.plan.work_dir)}}

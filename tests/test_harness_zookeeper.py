@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from harness.broker import pid_alive, start_broker
-from harness.clients import ClientKind, ConsumerSpec, start_consumer
 from harness.lines import Mode, line_for
 from harness.maven import missing_tools
 from harness.probe import api_versions, split_bootstrap

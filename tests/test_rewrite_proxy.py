@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from harness.admin import create_topic
-from harness.clients import ClientKind, ConsumerSpec, start_consumer
 from harness.lines import KAFKA_39
 from proxy.capture.reader import exchanges, read_capture
 from proxy.wire import ApiKey

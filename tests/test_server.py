@@ -207,7 +207,7 @@ def _xfail_if_client_stalled(served: Served, group: str, members: dict[str, Any]
 def test_static_rolling_bounce_does_not_rebalance(served: Served, kind: str) -> None:
     """KIP-345 on the reference coordinator with a real client: restarting each static member
     (no LeaveGroup on close) keeps the generation and every member's partitions."""
-    from harness.clients import ClientKind, ConsumerSpec, start_consumer
+    from demo.clients import ClientKind, ConsumerSpec, start_consumer
 
     group = f"static-{kind}"
 
@@ -264,7 +264,7 @@ def test_static_rolling_bounce_does_not_rebalance(served: Served, kind: str) -> 
 def test_dynamic_and_mixed_rolling_bounce_rebalances(served: Served) -> None:
     """Members of every client kind (Java 3.9 static, Java 2.4.1 and the Python clients dynamic)
     share a group; bouncing the dynamic ones rebalances each time and the partitions stay split."""
-    from harness.clients import ClientKind, ConsumerSpec, start_consumer
+    from demo.clients import ClientKind, ConsumerSpec, start_consumer
 
     group = "mixed"
     topic = ("wide",)

@@ -1,7 +1,7 @@
 """Real Kafka consumers of four kinds, each as a subprocess that reports what it saw as JSON lines.
 
 Kinds: `confluent` (librdkafka), `kafka-python` (3.x), `aiokafka`, and `java` (kafka-clients of a
-chosen version, driving harness/java/GroupConsumer.java compiled once with javac). A subprocess
+chosen version, driving demo/java/GroupConsumer.java compiled once with javac). A subprocess
 can be stopped cleanly (SIGTERM: the client closes, dynamic members send LeaveGroup, static ones
 do not), killed (SIGKILL: nothing sent) or bounced, which is what group tests need to exercise.
 """
@@ -104,7 +104,7 @@ class ClientEvent:
 
 
 def java_source() -> str:
-    return files("harness").joinpath("java", "GroupConsumer.java").read_text()
+    return files("demo").joinpath("java", "GroupConsumer.java").read_text()
 
 
 def compiled_java_consumer(progress: ProgressCallback | None = None) -> Path:
@@ -172,7 +172,7 @@ def command_for(spec: ConsumerSpec, progress: ProgressCallback | None = None) ->
     cmd = [
         sys.executable,
         "-m",
-        "harness.consumer_main",
+        "demo.consumer_main",
         "--kind",
         spec.kind.value,
         "--bootstrap",

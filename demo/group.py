@@ -1,5 +1,6 @@
-"""`python -m harness.demo` (wrapped by `group-replay demo`, which adds the proxy and capture):
-a mixed consumer group on a real broker, with one static member bounced.
+"""The demo group: a mixed consumer group of real clients, with one static member bounced.
+
+`group-replay demo` (demo.cli) records it through the proxy; tests run it against brokers directly.
 
 The group-running part, `run_group(bootstrap, ...)`, takes only a bootstrap address, so the same
 group can be pointed at a broker, at the proxy in front of one, or at the reference coordinator.
@@ -9,13 +10,11 @@ back as data; `render_table` turns it into the rich table the command prints.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from harness.clients import ClientError, ClientKind, ConsumerProcess, ConsumerSpec, start_consumer
+from demo.clients import ClientError, ClientKind, ConsumerProcess, ConsumerSpec, start_consumer
 from harness.maven import ProgressCallback
 
 DEFAULT_PARTITIONS = 6
@@ -219,64 +218,3 @@ def render_table(run: GroupRun) -> object:
             ", ".join(tp.rsplit("-", 1)[1] for tp in obs.assignment) or "-",
         )
     return table
-
-
-def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-
-    from harness.admin import create_topic
-    from harness.broker import BrokerError, start_broker
-    from harness.lines import DEFAULT_KAFKA_VERSION
-    from harness.maven import MavenError
-    from harness.progress import download_progress
-
-    parser = argparse.ArgumentParser(prog="python -m harness.demo", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--bootstrap", default=None, help="use this broker (or proxy) instead of starting one"
-    )
-    parser.add_argument("--version", dest="kafka_version", default=DEFAULT_KAFKA_VERSION)
-    parser.add_argument("--new-coordinator", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
-    parser.add_argument("--topic", default=None)
-    parser.add_argument("--no-bounce", action="store_true")
-    parser.add_argument("--progress", choices=["on", "off"], default="on")
-    try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    console = Console(stderr=True)
-    topic = args.topic or f"demo-{int(time.time())}"
-    broker = None
-    try:
-        with download_progress(args.progress == "on", "fetching jars") as progress:
-            if args.bootstrap is None:
-                console.print(f"starting Kafka {args.kafka_version} ...")
-                broker = start_broker(args.kafka_version, args.new_coordinator, progress=progress)
-            bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
-            create_topic(bootstrap, topic, args.partitions)
-            run = run_group(
-                bootstrap,
-                topic,
-                args.partitions,
-                bounce=None if args.no_bounce else "static-confluent",
-                progress=progress,
-                on_phase=lambda msg: console.print(f"[dim]{msg}"),
-            )
-    except ValueError as exc:
-        print(f"group-replay demo: {exc}", file=sys.stderr)
-        return 2
-    except (BrokerError, MavenError, ClientError, RuntimeError) as exc:
-        print(f"group-replay demo: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        if broker is not None:
-            broker.stop()
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=140)  # a pipe or CI log: don't squeeze the table into 80 columns
-    out.print(render_table(run))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
-"""One Python Kafka consumer as a process: `python -m harness.consumer_main --kind confluent ...`.
+"""One Python Kafka consumer as a process: `python -m demo.consumer_main --kind confluent ...`.
 
 Runs as a subprocess so a test can bounce or kill it like a real deployment. Prints one JSON
-object per line on stdout (the contract `harness.clients` parses):
+object per line on stdout (the contract `demo.clients` parses):
   {"event": "started", ...}                      after the consumer is created
   {"event": "assigned", "partitions": [...], "generation_id": int|null, "member_id": str|null,
    "is_leader": bool (kafka-python only, from `_coordinator._is_leader`)}
@@ -179,9 +179,7 @@ RUNNERS = {"confluent": run_confluent, "kafka-python": run_kafka_python, "aiokaf
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.consumer_main", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m demo.consumer_main", description=__doc__.split("\n")[0])
     parser.add_argument("--kind", required=True, choices=sorted(RUNNERS))
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--group", required=True)

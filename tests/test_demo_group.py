@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.clients import ClientKind
-from harness.demo import DEFAULT_MEMBERS, MemberPlan, render_table, run_group
+from demo.clients import ClientKind
+from demo.group import DEFAULT_MEMBERS, MemberPlan, render_table, run_group
 from harness.lines import KAFKA_4X, KAFKA_39
 
 
@@ -57,25 +57,3 @@ def test_dynamic_members_split_the_topic(kafka_39, make_topic) -> None:
     run = run_group(kafka_39.bootstrap, topic, 4, members=members, bounce=None)
     sizes = sorted(len(o.assignment) for o in run.observations)
     assert sizes == [2, 2]
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_demo_command_prints_every_member(kafka_39, capsys) -> None:
-    """`python -m harness.demo --bootstrap ...` end to end: exit 0, a table row per member and phase.
-    (`group-replay demo` is the proxy's wrapper of this, which adds the capture.)"""
-    from harness.demo import main as demo_main
-
-    code = demo_main(["--bootstrap", kafka_39.bootstrap, "--progress", "off"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    rows = [line for line in out.splitlines() if line.startswith("│")]
-    for member in DEFAULT_MEMBERS:
-        assert sum(member.name in row for row in rows) == 2, member.name  # joined + after bounce
-    assert "bounced static-confluent" in out
-
-
-def test_demo_command_usage_error_exits_2(capsys) -> None:
-    from harness.demo import main as demo_main
-
-    assert demo_main(["--partitions", "many"]) == 2

@@ -1,0 +1,350 @@
+"""`group-replay demo`: the whole loop on this machine, in about two minutes.
+
+1. record: a real Kafka broker (harness, Maven jars) with the recording proxy in front of it, and a
+   real consumer group of several client kinds (demo.group: librdkafka, kafka-python, aiokafka and
+   two Java clients; static and dynamic members; one static member bounced) joining through it;
+2. replay: the capture under two built-in scenarios (`group-replay scenarios list`), each against
+   the reference coordinator (virtual time) and against a fresh live broker of the recorded version
+   (`broker-<version>`, started with the capture's group settings);
+3. validate: Spark diffs every live run against the reference under the same scenario and writes
+   the HTML report;
+4. the verdict table, the report's path and what to try next.
+
+Everything lands under `--dir` (default ./group-replay-demo): capture.pcapng, events/<scenario>/,
+report.html, tables/. Exit codes: 0 the loop ran (its verdict is in the table), 1 a step failed
+(broker, clients, Spark), 2 usage error or a missing extra / tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SCENARIOS: tuple[str, ...] = ("static-leader-bounce", "mixed-static-dynamic-group")
+DEFAULT_SPEED = 4.0
+DEFAULT_DIR = "group-replay-demo"
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """Where each output of the loop goes (all absolute, resolved against the caller's directory)."""
+
+    root: Path
+
+    @property
+    def capture(self) -> Path:
+        return self.root / "capture.pcapng"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def tables(self) -> Path:
+        return self.root / "tables"
+
+    def scenario_events(self, scenario: str) -> Path:
+        return self.events / scenario / "events.jsonl"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from demo.group import DEFAULT_PARTITIONS
+    from harness.lines import DEFAULT_KAFKA_VERSION
+
+    parser = argparse.ArgumentParser(
+        prog="group-replay demo",
+        description="record a real consumer group through the proxy, replay it under two built-in "
+        "scenarios against the reference coordinator and a live broker, validate with Spark and "
+        "print the verdict",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(DEFAULT_DIR),
+        help="where the capture, events, report and tables go (default ./%(default)s)",
+    )
+    parser.add_argument(
+        "--version",
+        dest="kafka_version",
+        default=DEFAULT_KAFKA_VERSION,
+        help="Kafka version to record on and replay against (default %(default)s)",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        default=None,
+        metavar="HOST:PORT",
+        help="record against this running broker instead of starting one (its version should be --version)",
+    )
+    parser.add_argument(
+        "--scenario",
+        dest="scenarios",
+        action="append",
+        metavar="NAME",
+        help="scenario to replay under: a built-in name, as-recorded or a YAML file (repeatable; default: "
+        + ", ".join(DEFAULT_SCENARIOS)
+        + ")",
+    )
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=DEFAULT_SPEED,
+        help="time scale of the live replays (default %(default)s; the broker's own timeouts stay real)",
+    )
+    parser.add_argument(
+        "--no-live",
+        action="store_true",
+        help="replay against the reference coordinator only (quicker; no live broker runs)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help="partitions of the demo topic (default %(default)s)",
+    )
+    parser.add_argument(
+        "--progress", choices=("on", "off"), default="on", help="show download spinners (default on)"
+    )
+    return parser
+
+
+class Steps:
+    """Numbered step lines on stderr: plain text, so they read the same in a terminal and a log."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+
+        self.total = total
+        self.done = 0
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.started = time.monotonic()
+
+    @contextmanager
+    def step(self, text: str) -> Iterator[None]:
+        self.done += 1
+        self.console.print(f"[bold][{self.done}/{self.total}][/] {text} ...")
+        began = time.monotonic()
+        yield
+        self.console.print(f"[dim]      done in {time.monotonic() - began:.1f} s[/]")
+
+    def note(self, text: str) -> None:
+        self.console.print(f"[dim]      {text}[/]")
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _preflight(args: argparse.Namespace) -> str | None:
+    """One line saying what is missing before anything starts (extras, java, mvn), or None."""
+    from group_replay import missing_extras
+    from harness.maven import missing_tools
+    from validator.session import java_problem
+
+    problem = missing_extras("clients", "spark")
+    if problem is not None:
+        return problem
+    if args.bootstrap is None or not args.no_live:
+        tools = missing_tools()
+        if tools is not None:
+            return f"cannot start Kafka: {tools} (a JDK 17+ and Maven are needed)"
+    return java_problem()
+
+
+def _record(args: argparse.Namespace, paths: DemoPaths, steps: Steps) -> Any:
+    """Steps 1-2: a broker (unless --bootstrap), the proxy recording in front of it, the group."""
+    from demo.group import render_table, run_group
+    from harness.admin import create_topic
+    from harness.broker import start_broker
+    from harness.cli import KAFKA_GROUP_DEFAULTS
+    from harness.progress import download_progress
+    from proxy.capture.writer import CaptureWriter
+    from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
+    from proxy.upstream import describe_upstream_sync
+
+    broker = None
+    proxy = None
+    try:
+        with download_progress(args.progress == "on", "fetching jars") as progress:
+            if args.bootstrap is None:
+                with steps.step(f"starting Kafka {args.kafka_version} (Kafka's group settings)"):
+                    broker = start_broker(
+                        args.kafka_version, extra_config=KAFKA_GROUP_DEFAULTS, progress=progress
+                    )
+                    steps.note(f"broker {broker.bootstrap}")
+            upstream = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
+            topic = f"demo-{int(time.time())}"
+            with steps.step(f"recording a consumer group through the proxy into {paths.capture}"):
+                create_topic(upstream, topic, args.partitions)
+                settings = describe_upstream_sync(*parse_hostport(upstream))  # AGREED #2: in the header
+                recorder = CaptureWriter(str(paths.capture), upstream=upstream, group_settings=settings)
+                proxy = BackgroundProxy(ProxyConfig(upstream=parse_hostport(upstream)), recorder)
+                steps.note(f"proxy {proxy.bootstrap} -> broker {upstream}")
+                run = run_group(
+                    proxy.bootstrap, topic, args.partitions, progress=progress, on_phase=steps.note
+                )
+    finally:
+        if proxy is not None:
+            proxy.stop()  # also closes the capture, so it is complete before it is read
+        if broker is not None:
+            broker.stop()
+    return render_table(run)
+
+
+def _replay(
+    args: argparse.Namespace, paths: DemoPaths, steps: Steps, scenarios: Sequence[Any]
+) -> list[tuple[str, Any]]:
+    """Step 3: every scenario against the reference and (unless --no-live) a fresh broker."""
+    from proxy.capture.reader import read_capture
+    from replay.cli import run_progress
+    from replay.events import write_jsonl
+    from replay.live import replay_broker_version
+    from replay.plan import build_plan, recorded_events
+    from replay.run import replay_reference
+
+    capture = read_capture(paths.capture)
+    if capture.damage:
+        steps.note(f"capture damaged ({capture.damage}); replaying what was read")
+    plan = build_plan(capture, "demo")
+    results: list[tuple[str, Any]] = []
+    for scenario in scenarios:
+        targets = "the reference" + ("" if args.no_live else f" and Kafka {args.kafka_version}")
+        with steps.step(f"replaying under {scenario.name} against {targets}"):
+            events = list(recorded_events(plan, scenario.name))
+            for live in (False,) if args.no_live else (False, True):
+                if live:
+                    label = f"      broker:{args.kafka_version} at speed {args.speed:g}"
+                    with run_progress(True, label) as report:
+                        result = replay_broker_version(
+                            plan,
+                            scenario,
+                            kafka_version=args.kafka_version,
+                            speed=args.speed,
+                            progress=report,
+                        )
+                else:
+                    result = replay_reference(plan, scenario)  # virtual time: done in a moment
+                events.extend(result.events)
+                results.append((scenario.name, result))
+                steps.note(_run_line(result))
+            target = paths.scenario_events(scenario.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("w", encoding="utf-8") as handle:
+                write_jsonl(events, handle)
+    return results
+
+
+def _run_line(result: Any) -> str:
+    if result.not_run is not None:
+        return f"{result.run}: not run ({result.not_run})"
+    from replay.events import EventName
+
+    rebalances = sum(1 for e in result.events if e.event == EventName.REBALANCE_STARTED)
+    expectations = "expectations met" if not result.failures else "; ".join(result.failures)
+    return f"{result.run}: {rebalances} rebalances, {result.rpcs} requests, {expectations}"
+
+
+def _validate(paths: DemoPaths, steps: Steps) -> Any:
+    """Step 4: the validator (Spark) over every scenario's events; the report and tables."""
+    from validator.jobs import ValidateOptions, run_validate
+    from validator.report.html import render_html
+    from validator.session import build_session
+
+    with steps.step("validating with Spark (every live run vs the reference under its scenario)"):
+        spark = build_session("local[2]")
+        options = ValidateOptions(inputs=(paths.events,), out_dir=paths.tables)
+        data = run_validate(spark, options)
+        paths.report.write_text(render_html(data), encoding="utf-8")
+    return data
+
+
+def _next_step(paths: DemoPaths, live: bool, kafka_version: str) -> str:
+    shown = _shown(paths.capture)
+    against = "" if live else f" --against broker:{kafka_version}"
+    return (
+        f"Next: `group-replay scenarios list`, then `group-replay replay {shown} --scenario NAME{against} "
+        f"--out events/` and `group-replay validate events/ --report report.html`; or record your own "
+        f"group with `group-replay proxy --upstream HOST:PORT --record capture.pcapng`."
+    )
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the caller's directory when it is below it (shorter to copy)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) and 2
+    if args.speed <= 0 or args.partitions < 1:
+        print("group-replay demo: --speed must be > 0 and --partitions >= 1", file=sys.stderr)
+        return 2
+    from replay.scenario import ScenarioError, resolve_scenario
+
+    try:
+        scenarios = [resolve_scenario(name) for name in (args.scenarios or DEFAULT_SCENARIOS)]
+    except ScenarioError as exc:
+        print(f"group-replay demo: {exc}", file=sys.stderr)
+        return 2
+    problem = _preflight(args)
+    if problem is not None:
+        print(f"group-replay demo: {problem}", file=sys.stderr)
+        return 2
+
+    from rich.console import Console
+
+    from demo.clients import ClientError
+    from harness.broker import BrokerError
+    from harness.maven import MavenError
+
+    paths = DemoPaths(Path(os.path.abspath(args.dir)))  # the caller's directory, not the package's
+    if paths.events.exists():
+        import shutil
+
+        shutil.rmtree(paths.events)  # a previous demo's events would be validated again
+    paths.root.mkdir(parents=True, exist_ok=True)
+    steps = Steps(total=(1 if args.bootstrap is None else 0) + 1 + len(scenarios) + 1)
+    out = Console() if sys.stdout.isatty() else Console(width=160)
+    try:
+        members = _record(args, paths, steps)
+        out.print(members)
+        _replay(args, paths, steps, scenarios)
+        data = _validate(paths, steps)
+    except ValueError as exc:
+        print(f"group-replay demo: {exc}", file=sys.stderr)
+        return 2
+    except (BrokerError, MavenError, ClientError, RuntimeError, OSError) as exc:
+        print(f"group-replay demo: {exc}", file=sys.stderr)
+        return 1
+
+    from validator.report.terminal import print_summary
+
+    print_summary(out, data)
+    if not data.comparisons:
+        verdict = "nothing was compared (no live run, and no as-recorded scenario)"
+    elif data.failing:
+        verdict = f"{data.failing} of {data.comparisons} comparisons are not a pass (see why above)"
+    else:
+        verdict = f"all {data.comparisons} comparisons pass"
+    out.print(f"\nVerdict: {verdict}. Whole loop in {steps.elapsed_s():.0f} s.")
+    out.print(f"Report: {paths.report}")
+    out.print(_next_step(paths, not args.no_live, args.kafka_version))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
