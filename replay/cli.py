@@ -19,6 +19,8 @@ import argparse
 import gc
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +30,14 @@ from replay.scenario import ScenarioError, builtin_names, load_builtin, resolve_
 
 
 def _console(stderr: bool = False) -> Any:
+    """A console on stdout or stderr; 160 columns when it is not a terminal (a pipe or a CI log),
+    so the summary's columns are not squeezed into 80."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, soft_wrap=True, width=160)
+    return console
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,7 +51,9 @@ def scenarios_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("list", help="names and one-line descriptions")
     show = sub.add_parser("show", help="check one scenario (built-in name or YAML file) and print its YAML")
-    show.add_argument("name", metavar="NAME|FILE")
+    show.add_argument(
+        "name", metavar="NAME|FILE", help="a built-in name (`group-replay scenarios list`) or a YAML file"
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -209,7 +218,9 @@ def replay_main(argv: list[str]) -> int:
         help="events.jsonl, or events.parquet (needs pyarrow); one file, since the validator reads every "
         "event file under a directory",
     )
-    parser.add_argument("--progress", choices=("on", "off"), default="on")
+    parser.add_argument(
+        "--progress", choices=("on", "off"), default="on", help="show each run's progress (default on)"
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -225,9 +236,7 @@ def replay_main(argv: list[str]) -> int:
         return 2
 
     from proxy.capture.reader import CaptureFormatError, read_capture
-    from replay.live import replay_broker_version, replay_live
     from replay.plan import ReplayInputError, build_plan, recorded_events
-    from replay.run import replay_reference
 
     plans = []
     for path in args.captures:
@@ -253,30 +262,8 @@ def replay_main(argv: list[str]) -> int:
     for plan in plans:
         events.extend(recorded_events(plan, scenario.name))
         try:
-            if target == "reference":
-                result = _with_progress(
-                    progress_on,
-                    f"{plan.session_id} reference",
-                    lambda cb, p=plan: replay_reference(p, scenario, progress=cb),
-                )
-            elif target == "address":
-                assert target_arg is not None
-                result = _with_progress(
-                    progress_on,
-                    f"{plan.session_id} {target_arg}",
-                    lambda cb, p=plan: replay_live(
-                        p, scenario, address=target_arg, speed=args.speed, progress=cb
-                    ),
-                )
-            else:
-                assert target_arg is not None
-                result = _with_progress(
-                    progress_on,
-                    f"{plan.session_id} broker {target_arg}",
-                    lambda cb, p=plan: replay_broker_version(
-                        p, scenario, kafka_version=target_arg, speed=args.speed, progress=cb
-                    ),
-                )
+            with run_progress(progress_on, f"{plan.session_id} {args.against}") as report:
+                result = _run_one(plan, scenario, target, target_arg, args.speed, report)
         except (ValueError, OSError, RuntimeError) as exc:
             err.print(f"group-replay replay: {plan.session_id}: {exc}", markup=False)
             return 2
@@ -314,9 +301,54 @@ def replay_main(argv: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _with_progress(enabled: bool, label: str, work: Any) -> Any:
+def _run_one(
+    plan: Any,
+    scenario: Any,
+    target: str,
+    target_arg: str | None,
+    speed: float,
+    progress: Callable[[int, int], None] | None,
+) -> Any:
+    """One plan against the chosen target: the reference, an address, or a broker `replay` starts."""
+    from replay.live import replay_broker_version, replay_live
+    from replay.run import replay_reference
+
+    match target:
+        case "reference":
+            return replay_reference(plan, scenario, progress=progress)
+        case "address":
+            assert target_arg is not None
+            return replay_live(plan, scenario, address=target_arg, speed=speed, progress=progress)
+        case _:
+            assert target_arg is not None
+            return replay_broker_version(
+                plan, scenario, kafka_version=target_arg, speed=speed, progress=progress
+            )
+
+
+PLAIN_PROGRESS_STEPS = 10
+"""Without a terminal, a run's progress is one plain line per tenth of its time."""
+
+
+@contextmanager
+def run_progress(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A `progress(now_ms, end_ms)` callback for one run: a bar on a terminal, plain lines on a pipe
+    or in a CI log (so a live replay is never silent), None when disabled."""
     if not enabled:
-        return work(None)
+        yield None
+        return
+    console = _console(stderr=True)
+    if not console.is_terminal:
+        shown = [-1]
+
+        def plain(now_ms: int, end_ms: int) -> None:
+            step = min(now_ms * PLAIN_PROGRESS_STEPS // max(end_ms, 1), PLAIN_PROGRESS_STEPS)
+            if step > shown[0]:
+                shown[0] = step
+                console.print(f"{label}: {now_ms / 1000:.0f}/{end_ms / 1000:.0f} s of the group's time")
+
+        yield plain
+        return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -324,7 +356,7 @@ def _with_progress(enabled: bool, label: str, work: Any) -> Any:
         BarColumn(),
         TextColumn("{task.fields[sim]}"),
         TimeElapsedColumn(),
-        console=_console(stderr=True),
+        console=console,
         transient=True,
     ) as progress:
         task = progress.add_task(label, total=1, sim="")
@@ -334,7 +366,7 @@ def _with_progress(enabled: bool, label: str, work: Any) -> Any:
                 task, total=max(end_ms, 1), completed=now_ms, sim=f"{now_ms / 1000:.0f}s simulated"
             )
 
-        return work(report)
+        yield report
 
 
-__all__ = ["replay_main", "scenarios_main"]
+__all__ = ["replay_main", "run_progress", "scenarios_main"]

@@ -513,18 +513,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="listen for Kafka clients")
-    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     s.add_argument("--port", type=int, default=9092, help="0 picks a free port (printed on stdout)")
     s.add_argument("--topics", default="", help="topics and partition counts: events:6,orders:3")
     s.add_argument(
-        "--behaviour", choices=[b.value for b in KafkaBehaviour], default=KafkaBehaviour.SCALA_3_9.value
+        "--behaviour",
+        choices=[b.value for b in KafkaBehaviour],
+        default=KafkaBehaviour.SCALA_3_9.value,
+        help="which Kafka coordinator to behave as (default %(default)s)",
     )
-    s.add_argument("--group-min-session-timeout-ms", type=int, default=6000)
-    s.add_argument("--group-max-session-timeout-ms", type=int, default=1_800_000)
-    s.add_argument("--group-initial-rebalance-delay-ms", type=int, default=3000)
-    s.add_argument("--group-max-size", type=int, default=2**31 - 1)
+    s.add_argument(
+        "--group-min-session-timeout-ms", type=int, default=6000, help="Kafka's setting (default %(default)s)"
+    )
+    s.add_argument(
+        "--group-max-session-timeout-ms",
+        type=int,
+        default=1_800_000,
+        help="Kafka's setting (default %(default)s)",
+    )
+    s.add_argument(
+        "--group-initial-rebalance-delay-ms",
+        type=int,
+        default=3000,
+        help="Kafka's setting (default %(default)s)",
+    )
+    s.add_argument(
+        "--group-max-size", type=int, default=2**31 - 1, help="Kafka's setting (default: no limit)"
+    )
     s.add_argument("--events", type=Path, help="append the coordinator's group events here (JSON Lines)")
-    s.add_argument("--log-level", default="WARNING")
+    s.add_argument("--log-level", default="WARNING", help="Python logging level (default %(default)s)")
     return parser
 
 

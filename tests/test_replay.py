@@ -274,3 +274,21 @@ def test_as_recorded_replay_uses_the_recorded_brokers_group_settings(tmp_path: P
     assert recorded == 2
     assert rebalances(replay_reference(plan).events) == recorded
     assert rebalances(replay_reference(replace(plan, group_settings=None)).events) == 1
+
+
+def test_progress_is_plain_lines_without_a_terminal_and_paths_are_the_callers(
+    dynamic_capture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under a pipe or in a CI log a run's progress is plain lines (one per tenth of its time),
+    never silence and never a bar's control codes; relative paths are the caller's directory's."""
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    (caller / "cap.pcapng").write_bytes(dynamic_capture.read_bytes())
+    monkeypatch.chdir(caller)
+    assert group_replay(["replay", "cap.pcapng", "--out", "events", "--progress", "on"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "of the group's time" in line]
+    assert 2 <= len(lines) <= 11, err
+    assert all(line.startswith("cap reference: ") for line in lines), lines
+    assert "\x1b[" not in err
+    assert (caller / "events" / "events.jsonl").stat().st_size > 0

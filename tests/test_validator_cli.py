@@ -320,3 +320,15 @@ def test_a_run_that_could_not_be_carried_out_is_reported_not_run(
     html = report.read_text()
     assert "broker-2.2.0 not run" in html
     _links_resolve(html)
+
+
+def test_relative_paths_are_the_callers_directory(
+    spark: SparkSession, events_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from another directory than the Spark JVM's: inputs, --out and --report relative to it."""
+    caller = tmp_path / "caller"
+    shutil.copytree(events_dir / "synthetic", caller / "ev")
+    monkeypatch.chdir(caller)
+    assert run(["ev", "--out", "tables", "--report", "r/report.html", "--progress", "off"]) == 1
+    assert (caller / "r" / "report.html").stat().st_size > 0
+    assert (caller / "tables" / "session_verdicts").is_dir()

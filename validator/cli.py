@@ -83,6 +83,11 @@ def run(argv: list[str], *, master_from_submit: bool = False) -> int:
     from validator.report.terminal import StageProgress, print_summary
     from validator.session import build_session
 
+    # Absolute against the caller's directory: Spark's JVM resolves relative paths against its own
+    # working directory, which is not the caller's under spark-submit or a reused session.
+    args.events = [path.absolute() for path in args.events]
+    args.out = None if args.out is None else args.out.absolute()
+    args.report = None if args.report is None else args.report.absolute()
     options = ValidateOptions(
         inputs=tuple(args.events),
         expected_run=args.expected,

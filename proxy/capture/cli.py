@@ -25,15 +25,29 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="group-replay capture", description=__doc__)
     sub = parser.add_subparsers(dest="action", required=True)
     show = sub.add_parser("show", help="table of RPCs per connection")
-    show.add_argument("file")
-    show.add_argument("--format", choices=["table", "jsonl"], default="table")
+    show.add_argument("file", help="a pcapng capture recorded by `group-replay proxy --record`")
+    show.add_argument(
+        "--format", choices=["table", "jsonl"], default="table", help="output format (default table)"
+    )
     show.add_argument("--all", action="store_true", help="every API, not only the group APIs")
-    show.add_argument("--leg", choices=["client", "upstream"], default="client")
+    show.add_argument(
+        "--leg",
+        choices=["client", "upstream"],
+        default="client",
+        help="client: what the clients sent and got (default); upstream: what the broker saw",
+    )
     export = sub.add_parser("export", help="one JSON object per RPC")
-    export.add_argument("file")
-    export.add_argument("--format", choices=["jsonl", "table"], default="jsonl")
+    export.add_argument("file", help="a pcapng capture recorded by `group-replay proxy --record`")
+    export.add_argument(
+        "--format", choices=["jsonl", "table"], default="jsonl", help="output format (default jsonl)"
+    )
     export.add_argument("--all", action="store_true", default=True, help=argparse.SUPPRESS)
-    export.add_argument("--leg", choices=["client", "upstream"], default="client")
+    export.add_argument(
+        "--leg",
+        choices=["client", "upstream"],
+        default="client",
+        help="client: what the clients sent and got (default); upstream: what the broker saw",
+    )
     return parser
 
 

@@ -1,0 +1,78 @@
+"""Every option of every `group-replay` subcommand has help text (issue 17): the argparse tree of
+each command, as its module builds it, walked down to the subcommands' options."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+
+import group_replay
+
+
+class _Captured(BaseException):
+    """Raised instead of parsing, carrying the parser; no command catches a BaseException."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        super().__init__()
+        self.parser = parser
+
+
+def _parser_of(command: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    def capture(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        raise _Captured(self)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", capture)
+    with pytest.raises(_Captured) as caught:
+        group_replay.main([command, "--help"])
+    return caught.value.parser
+
+
+def _undocumented(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if isinstance(action, argparse._SubParsersAction):
+            helped = {a.dest for a in action._choices_actions if a.help}
+            for name, sub in action.choices.items():
+                if name not in helped:
+                    yield f"{path} {name} (the subcommand)"
+                yield from _undocumented(sub, f"{path} {name}")
+            continue
+        if not action.help:  # argparse.SUPPRESS: hidden on purpose
+            yield f"{path} {'/'.join(action.option_strings) or action.dest}"
+
+
+@pytest.mark.parametrize("command", sorted(group_replay.COMMANDS))
+def test_every_option_has_help(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = _parser_of(command, monkeypatch)
+    assert list(_undocumented(parser, f"group-replay {command}")) == []
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    found: set[str] = set()
+    for action in parser._actions:
+        found.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _options(sub)
+    return found
+
+
+def test_readme_commands_match_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's command list names every command, and only options the commands have."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Commands", 1)[1].split("```")[1]
+    lines = [line for line in block.splitlines() if line.startswith("group-replay ")]
+    listed = {line.split()[1] for line in lines}
+    assert listed == set(group_replay.COMMANDS)
+    for line in lines:
+        command = line.split()[1]
+        options = _options(_parser_of(command, monkeypatch))
+        for option in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
+            assert option in options, f"README: {line!r} names {option}, which `{command}` does not have"
