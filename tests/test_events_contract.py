@@ -87,9 +87,9 @@ def test_parquet_writer_and_reader_agree_and_keep_optional_columns(tmp_path: Pat
 def test_the_spark_reader_reads_both_files_as_written(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     from replay.events import write_parquet
+    from tests.support.spark import shared_test_session
     from validator.jobs import discover_inputs, read_events
     from validator.schemas import READ_SCHEMA
-    from validator.session import shared_test_session
     from validator.transforms import flag_bad_rows
 
     json_dir, parquet_dir = tmp_path / "json", tmp_path / "parquet"

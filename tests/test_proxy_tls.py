@@ -21,8 +21,8 @@ from pathlib import Path
 import kio.schema.api_versions.v3.request as av3
 import pytest
 
-import harness.clients
-from harness.clients import ClientKind, ConsumerSpec, start_consumer
+import demo.clients
+from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from proxy.capture.reader import read_capture
 from proxy.capture.writer import CaptureWriter
 from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
@@ -65,7 +65,7 @@ def _common_name(sock: ssl.SSLSocket) -> str:
 
 def _java_over_tls(monkeypatch: pytest.MonkeyPatch, properties: Path) -> None:
     """The harness's Java consumer, with security settings from a properties file."""
-    command_for = harness.clients.command_for
+    command_for = demo.clients.command_for
 
     def with_properties(spec: ConsumerSpec, progress: object = None) -> list[str]:
         command = command_for(spec, progress)  # type: ignore[arg-type]
@@ -73,7 +73,7 @@ def _java_over_tls(monkeypatch: pytest.MonkeyPatch, properties: Path) -> None:
             command.insert(1, f"-Dgroup.replay.client.properties={properties}")
         return command
 
-    monkeypatch.setattr(harness.clients, "command_for", with_properties)
+    monkeypatch.setattr(demo.clients, "command_for", with_properties)
 
 
 def test_real_clients_over_tls_on_both_legs_recording(
