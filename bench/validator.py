@@ -27,6 +27,7 @@ from pathlib import Path
 # Run as `python bench/validator.py`, this file's directory comes first on sys.path and its name
 # would shadow the `validator` package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test kit: tests.support
 
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402

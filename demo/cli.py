@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -157,6 +158,8 @@ def _preflight(args: argparse.Namespace) -> str | None:
         tools = missing_tools()
         if tools is not None:
             return f"cannot start Kafka: {tools} (a JDK 17+ and Maven are needed)"
+    if shutil.which("javac") is None:
+        return "javac not found on PATH: the demo's Java clients need a JDK 17+"
     return java_problem()
 
 
@@ -267,13 +270,12 @@ def _validate(paths: DemoPaths, steps: Steps) -> Any:
     return data
 
 
-def _next_step(paths: DemoPaths, live: bool, kafka_version: str) -> str:
-    shown = _shown(paths.capture)
-    against = "" if live else f" --against broker:{kafka_version}"
+def _next_step(paths: DemoPaths, kafka_version: str) -> str:
     return (
-        f"Next: `group-replay scenarios list`, then `group-replay replay {shown} --scenario NAME{against} "
-        f"--out events/` and `group-replay validate events/ --report report.html`; or record your own "
-        f"group with `group-replay proxy --upstream HOST:PORT --record capture.pcapng`."
+        f"Next: open the report; replay the capture under another scenario (`group-replay scenarios list`): "
+        f"`group-replay replay {_shown(paths.capture)} --scenario NAME --against broker:{kafka_version} "
+        f"--out events/`, or record your own group: `group-replay proxy --upstream HOST:PORT --record "
+        f"capture.pcapng`."
     )
 
 
@@ -313,8 +315,6 @@ def main(argv: list[str] | None = None) -> int:
 
     paths = DemoPaths(Path(os.path.abspath(args.dir)))  # the caller's directory, not the package's
     if paths.events.exists():
-        import shutil
-
         shutil.rmtree(paths.events)  # a previous demo's events would be validated again
     paths.root.mkdir(parents=True, exist_ok=True)
     steps = Steps(total=(1 if args.bootstrap is None else 0) + 1 + len(scenarios) + 1)
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         verdict = f"all {data.comparisons} comparisons pass"
     out.print(f"\nVerdict: {verdict}. Whole loop in {steps.elapsed_s():.0f} s.")
     out.print(f"Report: {paths.report}")
-    out.print(_next_step(paths, not args.no_live, args.kafka_version))
+    out.print(_next_step(paths, args.kafka_version))
     return 0
 
 
