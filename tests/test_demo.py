@@ -21,7 +21,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--partitions", "many"]) == 2
     assert main(["--speed", "0"]) == 2
     assert main(["--scenario", "no-such-scenario"]) == 2
-    assert "no built-in scenario 'no-such-scenario'" in capsys.readouterr().err
+    assert "no-such-scenario: no built-in scenario" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import harness.clients
-from harness.clients import ClientKind, ConsumerSpec, start_consumer
+import demo.clients
+from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from proxy.capture.reader import read_capture
 from proxy.wire import ApiKey
 from tests.conftest import SASL_USERS
@@ -211,14 +211,14 @@ def test_java_consumer_over_sasl_ssl_through_the_proxy(
         "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
         f"sasl.jaas.config={jaas}\nssl.truststore.type=PEM\nssl.truststore.location={ca.cert}\n"
     )
-    command_for = harness.clients.command_for
+    command_for = demo.clients.command_for
 
     def with_properties(spec: ConsumerSpec, progress: object = None) -> list[str]:
         command = command_for(spec, progress)  # type: ignore[arg-type]
         command.insert(1, f"-Dgroup.replay.client.properties={properties}")
         return command
 
-    monkeypatch.setattr(harness.clients, "command_for", with_properties)
+    monkeypatch.setattr(demo.clients, "command_for", with_properties)
     try:
         spec = ConsumerSpec(
             ClientKind.JAVA, proxy.bootstrap, f"sasl-java-{os.getpid()}", (topic,), client_id="sasl-java"
