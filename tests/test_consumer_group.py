@@ -394,3 +394,57 @@ def test_service_answers_kio_requests_and_respects_classic_groups() -> None:
         ("g", "Stable"),
         ("old-empty", "Stable"),
     }
+
+
+KAFKA_HEARTBEAT_ERRORS = {0, 15, 25, 42, 69, 81, 82, 110, 111, 112, 128, -1}
+_TOPIC_T = uuid.uuid5(uuid.NAMESPACE_URL, "group-replay:t")
+_hostile_request = st.builds(
+    HeartbeatRequest,
+    group_id=st.sampled_from(["g", "h", "", " "]),
+    member_id=st.sampled_from(["m1", "m2", "m3", "", " "]),
+    member_epoch=st.integers(-5, 12) | st.sampled_from([2**31 - 1, -(2**31)]),
+    instance_id=st.none() | st.sampled_from(["pod-1", "pod-2", ""]),
+    rack_id=st.none() | st.sampled_from(["r1", ""]),
+    rebalance_timeout_ms=st.sampled_from([-1, 0, 1, 5000, 2**31 - 1]),
+    subscribed_topic_names=st.none()
+    | st.lists(st.sampled_from(["t", "u", "missing", ""]), max_size=5).map(tuple)
+    | st.just(tuple(f"x{i}" for i in range(2000))),
+    subscribed_topic_regex=st.none() | st.sampled_from(["t.*", "("]),
+    server_assignor=st.none() | st.sampled_from(["uniform", "range", "sticky"]),
+    owned=st.none()
+    | st.dictionaries(
+        st.sampled_from([_TOPIC_T, uuid.UUID(int=5)]),
+        st.frozensets(st.integers(-3, 40), max_size=6),
+        max_size=2,
+    ),
+    api_version=st.sampled_from([0, 1]),
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(st.lists(st.tuples(_hostile_request, st.integers(0, 60_000)), min_size=1, max_size=40))
+def test_hostile_heartbeats_get_kafka_errors_never_a_crash(steps: list[tuple[HeartbeatRequest, int]]) -> None:
+    """Issue 13 bad input: negative and huge epochs, unknown topics and partitions, 2,000-topic
+    subscriptions, an instance id shared by two member ids, bogus assignors: every answer carries
+    one of ConsumerGroupHeartbeat's error codes and no partition ever has two owners."""
+    coordinator = _coordinator(4, interval_ms=0)
+    coordinator.add_topic("u", 2)
+    now = 0
+    for request, pause_ms in steps:
+        now += pause_ms
+        coordinator.advance(now)
+        answer = coordinator.heartbeat(now, request)
+        assert answer.error_code in KAFKA_HEARTBEAT_ERRORS, answer
+        if answer.error_code == 0 and answer.assignment is not None:
+            for topic_id, parts in answer.assignment.items():
+                assert all(
+                    0 <= p < coordinator.topic_partitions["t" if topic_id == _TOPIC_T else "u"] for p in parts
+                )
+        for group in coordinator.groups.values():
+            owners: dict[tuple[uuid.UUID, int], str] = {}
+            for member in group.members.values():
+                for key in member.owned():
+                    assert key not in owners, (key, owners[key], member.member_id)
+                    owners[key] = member.member_id

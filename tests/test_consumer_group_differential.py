@@ -123,6 +123,7 @@ class Member:
     instance_id: str | None = None
     rebalance_timeout_ms: int = 60_000
     subscription: tuple[str, ...] | None = None  # None: every topic of the scenario
+    regex: str | None = None  # a subscribed_topic_regex instead of names
     epoch: int = 0
     owned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
 
@@ -250,7 +251,10 @@ def play(
                 member_epoch=sent_epoch,
                 instance_id=member.instance_id,
                 rebalance_timeout_ms=member.rebalance_timeout_ms if joining else -1,
-                subscribed_topic_names=(member.subscription or topics) if joining else None,
+                subscribed_topic_names=(
+                    None if member.regex is not None or not joining else (member.subscription or topics)
+                ),
+                subscribed_topic_regex=member.regex if joining else None,
                 server_assignor=assignor if joining else None,
                 owned={} if joining else dict(member.owned),
             )
@@ -265,8 +269,15 @@ def play(
         match step:
             case ("join", key, instance, *more):
                 # optional: the member's rebalance timeout, then the logical topics it subscribes to
-                subscription = tuple((logical or {})[t] for t in more[1]) if len(more) > 1 else None
-                member = Member(f"{group_id}-{key}-{len(seen)}", instance, subscription=subscription)
+                regex = None
+                subscription = None
+                if len(more) > 1 and isinstance(more[1], str):  # "re:" + a regex over the logical names
+                    regex = more[1][3:].format(**(logical or {}))
+                elif len(more) > 1:
+                    subscription = tuple((logical or {})[t] for t in more[1])
+                member = Member(
+                    f"{group_id}-{key}-{len(seen)}", instance, subscription=subscription, regex=regex
+                )
                 if more:
                     member.rebalance_timeout_ms = more[0]
                 members[key] = member
@@ -293,6 +304,12 @@ def play(
                 gone = [k for k, m in members.items() if k not in alive]
                 for key in gone:
                     del members[key]
+                seen.append((step,))
+            case ("pause",):
+                # Kafka resolves regexes on a background executor: give it a moment (the reference
+                # resolves at the next request's time).
+                if side.connection is not None:
+                    time.sleep(0.5)
                 seen.append((step,))
             case ("describe",):
                 seen.append((step, side.describe(group_id)))
@@ -364,6 +381,14 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
         "range",
         [("join", "a", D, 60_000, ("t", "u")), ("join", "b", "pod-b", 60_000, ("u",)), ("join", "c", D),
          ("settle",)],
+    ),
+    "regex-subscription": (
+        {"t": 3, "u": 2, "other": 2},
+        "uniform",
+        [("join", "a", D, 60_000, "re:{t}|{u}"), ("pause",), ("settle",), ("describe",),
+         ("join", "b", D, 60_000, "re:{t}|{u}"), ("pause",), ("settle",),
+         ("join", "c", D, 60_000, ("other",)), ("pause",), ("settle",), ("describe",),
+         ("leave", "a", -1), ("pause",), ("settle",), ("describe",)],
     ),
     "topic-created-after-subscribing": (
         {"t": 2},

@@ -110,11 +110,14 @@ def _homogeneous(members: Sequence[MemberSpec]) -> bool:
     return all(member.subscribed_topic_ids == first for member in members)
 
 
-def uniform(members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) -> GroupAssignment:
-    """UniformAssignor.assign; `members` in Kafka's member-spec map order (see java_hash_order)."""
+def uniform(
+    members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int], homogeneous: bool | None = None
+) -> GroupAssignment:
+    """UniformAssignor.assign; `members` in Kafka's member-spec map order (see java_hash_order).
+    `homogeneous` is the group's SubscriptionType (None: the members' topic sets all equal)."""
     if not members:
         return {}
-    if not _homogeneous(members):
+    if not (_homogeneous(members) if homogeneous is None else homogeneous):
         return _Heterogeneous(members, topic_partitions).build()
     topic_ids = java_hash_order(sorted(members[0].subscribed_topic_ids))
     if not topic_ids:
@@ -398,10 +401,15 @@ def range_(members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) 
     return target
 
 
-def assign(name: str, members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) -> GroupAssignment:
+def assign(
+    name: str,
+    members: Sequence[MemberSpec],
+    topic_partitions: Mapping[UUID, int],
+    homogeneous: bool | None = None,
+) -> GroupAssignment:
     match name:
         case "uniform":
-            return uniform(members, topic_partitions)
+            return uniform(members, topic_partitions, homogeneous)
         case "range":
             return range_(members, topic_partitions)
     raise PartitionAssignorError(f"unknown assignor {name!r}")

@@ -30,6 +30,7 @@ OffsetCommit member-epoch checks, the assignor offload thread.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -51,6 +52,31 @@ from replay.coordinator.consumer.group import (
 from replay.coordinator.timers import KeyedTimers
 
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1  # ConsumerGroupHeartbeatRequest (KIP-1082)
+REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000  # GroupMetadataManager
+
+# RE2 (com.google.re2j, what Kafka compiles subscription regexes with) has no lookaround and no
+# backreferences; Python's `re` has both. Everything else used in topic patterns reads the same.
+_NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=|\(\?\(")
+
+
+def regex_error(pattern: str) -> str | None:
+    """Why Kafka (re2j) refuses `pattern`, or None (Utils.throwIfRegularExpressionIsInvalid)."""
+    if _NOT_RE2.search(pattern):
+        return "lookaround, backreferences and conditionals are not RE2 syntax"
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return str(exc)
+    return None
+
+
+def resolve_regex(pattern: str, topic_names: Iterable[str]) -> frozenset[str]:
+    """TopicRegexResolver: the topic names the regex matches entirely (`matcher(name).matches()`)."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error:
+        return frozenset()
+    return frozenset(name for name in topic_names if compiled.fullmatch(name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +88,7 @@ class ConsumerGroupConfig:
     max_size: int = 2**31 - 1  # group.consumer.max.size
     assignors: tuple[str, ...] = assignors.ASSIGNORS  # group.consumer.assignors; first is the default
     assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
+    regex_refresh_interval_ms: int = 600_000  # group.consumer.regex.refresh.interval.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +219,13 @@ class ConsumerGroupCoordinator:
         """TopicIds: subscribed names that exist in the image (the others match nothing yet)."""
         return frozenset(self.topic_id(n) for n in names if n in self.topic_partitions)
 
+    def member_topic_ids(self, group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[UUID]:
+        """CurrentAssignmentBuilder.subscribedTopicIds: names plus what its regex resolved to (an
+        unresolved regex matches nothing yet)."""
+        return self.topic_ids(
+            member.subscribed_topic_names | group.resolved_topics(member.subscribed_topic_regex)
+        )
+
     def _partition_counts(self) -> dict[UUID, int]:
         return {self.topic_id(n): p for n, p in self.topic_partitions.items()}
 
@@ -200,12 +234,14 @@ class ConsumerGroupCoordinator:
         return frozenset((n, self.topic_partitions[n]) for n in names if n in self.topic_partitions)
 
     def _subscribed_names(self, group: ConsumerGroup, updated: ConsumerGroupMember | None) -> set[str]:
+        """ConsumerGroup.computeSubscribedTopicNames: by name and through resolved regexes."""
         names: set[str] = set()
-        for m in group.members.values():
-            if updated is None or m.member_id != updated.member_id:
-                names |= m.subscribed_topic_names
+        members = [m for m in group.members.values() if updated is None or m.member_id != updated.member_id]
         if updated is not None:
-            names |= updated.subscribed_topic_names
+            members.append(updated)
+        for m in members:
+            names |= m.subscribed_topic_names
+            names |= group.resolved_topics(m.subscribed_topic_regex)
         return names
 
     # -- time ------------------------------------------------------------------------------------
@@ -221,6 +257,8 @@ class ConsumerGroupCoordinator:
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------------
 
     def heartbeat(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:
+        """One ConsumerGroupHeartbeat. Timers due at `now_ms` fire first (as the classic core does)."""
+        self.advance(now_ms)
         try:
             self._validate(request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -389,9 +427,15 @@ class ConsumerGroupCoordinator:
             client_id=request.client_id,
             client_host=request.client_host,
         )
-        # hasMemberSubscriptionChanged: a new member's empty subscription differs from any request's.
-        names_changed = updated.subscribed_topic_names != member.subscribed_topic_names or is_new
+        # hasMemberSubscriptionChanged: names only (a new member starts with none, so joining with
+        # names bumps the group epoch and joining with only a regex waits for its resolution).
+        names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
         regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
+        regex_resolved = (
+            self._maybe_update_regexes(now_ms, group, member, updated) if regex_changed else False
+        )
+        if not regex_changed:
+            self._maybe_refresh_regexes(now_ms, group, member, updated, require=False)
         self.groups[group.group_id] = group
         if replaced is not None:
             # replaceMember: the new id takes the departed member's target; timers stay (they no-op).
@@ -404,7 +448,7 @@ class ConsumerGroupCoordinator:
         # says of the subscribed topics (Kafka's metadata hash; a topic created after the members
         # subscribed to it), bumps the group epoch once.
         metadata_hash = self._metadata_hash(self._subscribed_names(group, updated))
-        if names_changed or metadata_hash != group.metadata_hash:
+        if names_changed or regex_resolved or metadata_hash != group.metadata_hash:
             group.group_epoch += 1
             group.metadata_hash = metadata_hash
         group_epoch = group.group_epoch
@@ -415,7 +459,7 @@ class ConsumerGroupCoordinator:
                 updated,
                 target_epoch,
                 target,
-                self.topic_ids(updated.subscribed_topic_names),
+                self.member_topic_ids(group, updated),
                 group.owner_of,
                 request.owned,
                 names_changed or regex_changed,
@@ -479,12 +523,13 @@ class ConsumerGroupCoordinator:
             assignors.MemberSpec(
                 m.member_id,
                 m.instance_id,
-                self.topic_ids(m.subscribed_topic_names),
+                self.member_topic_ids(group, m),
                 group.target_of(m),
             )
             for m in (members[i] for i in assignors.java_hash_order(list(members)))
         ]
-        result = assignors.assign(name, specs, self._partition_counts())
+        homogeneous = self._homogeneous(group, list(members.values()))
+        result = assignors.assign(name, specs, self._partition_counts(), homogeneous)
         group.target = {member_id: result.get(member_id, {}) for member_id in members}
         group.assignment_epoch = group_epoch
         group.assignment_timestamp_ms = now_ms
@@ -492,6 +537,114 @@ class ConsumerGroupCoordinator:
             ConsumerGroupEvent(now_ms, group.group_id, "target_assigned", None, group_epoch, name)
         )
         return group_epoch, group.target.get(updated.member_id, {})
+
+    @staticmethod
+    def _homogeneous(group: ConsumerGroup, members: list[ConsumerGroupMember]) -> bool:
+        """ConsumerGroup.subscriptionType: by name, every subscribed name (existing or not) is
+        subscribed by every member; with regexes, all members share one regex and none uses names."""
+        count = len(members)
+        regexes: dict[str, int] = {}
+        by_name: dict[str, int] = {}
+        for m in members:
+            if m.subscribed_topic_regex:
+                regexes[m.subscribed_topic_regex] = regexes.get(m.subscribed_topic_regex, 0) + 1
+            for name in m.subscribed_topic_names:
+                by_name[name] = by_name.get(name, 0) + 1
+        if not regexes:
+            return all(n == count for n in by_name.values())
+        if len(regexes) != 1 or next(iter(regexes.values())) != count:
+            return False
+        return not by_name
+
+    def _maybe_update_regexes(
+        self, now_ms: int, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember
+    ) -> bool:
+        """maybeUpdateRegularExpressions for a changed regex; True is REGEX_UPDATED_AND_RESOLVED
+        (the group epoch is bumped now; an unresolved new regex waits for its resolution)."""
+        old, new = member.subscribed_topic_regex, updated.subscribed_topic_regex
+        resolved = False
+        require = False
+        if new:
+            others = sum(
+                1
+                for m in group.members.values()
+                if m.member_id != member.member_id and m.subscribed_topic_regex == new
+            )
+            if others == 0:
+                error = regex_error(new)
+                if error is not None:
+                    raise _error(
+                        ErrorCode.invalid_regular_expression,
+                        f"SubscribedTopicRegex `{new}` is not a valid regular expression: {error}.",
+                    )
+                require = True
+            elif new in group.resolved_regexes:
+                resolved = True
+        elif old:
+            resolved = True
+        self._maybe_refresh_regexes(now_ms, group, member, updated, require)
+        return resolved
+
+    def _maybe_refresh_regexes(
+        self,
+        now_ms: int,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        require: bool,
+    ) -> None:
+        """The batching part of maybeUpdateRegularExpressions: resolve the group's regexes in the
+        background (`{group}-regex` on Kafka's executor; a timer due now here, so it completes
+        after this heartbeat's answer), at most every 10 s, when a regex is unresolved, topics
+        were created since the last resolution, or group.consumer.regex.refresh.interval.ms passed."""
+        subscribed: dict[str, int] = {}
+        for m in group.members.values():
+            if m.member_id != member.member_id and m.subscribed_topic_regex:
+                subscribed[m.subscribed_topic_regex] = subscribed.get(m.subscribed_topic_regex, 0) + 1
+        if updated.subscribed_topic_regex:
+            subscribed[updated.subscribed_topic_regex] = subscribed.get(updated.subscribed_topic_regex, 0) + 1
+        if not require and not subscribed:
+            return
+        key = f"{group.group_id}-regex"
+        if self.timers.is_scheduled(key):
+            return
+        last = group.last_regex_refresh_ms
+        if last is not None and now_ms <= last + REGEX_BATCH_REFRESH_MIN_INTERVAL_MS:
+            return
+        require = require or len(subscribed) != len(group.resolved_regexes)
+        require = require or group.regex_topic_names != frozenset(self.topic_partitions)
+        require = require or (last is not None and now_ms > last + self.config.regex_refresh_interval_ms)
+        if not require or not subscribed:
+            return
+        regexes = frozenset(subscribed)
+
+        def resolved(at_ms: int) -> None:
+            self._regexes_resolved(at_ms, group.group_id, regexes, now_ms)
+
+        self.timers.schedule(key, now_ms, resolved)
+
+    def _regexes_resolved(self, now_ms: int, group_id: str, regexes: frozenset[str], started_ms: int) -> None:
+        """handleRegularExpressionsResult (TopicRegexResolver: a regex resolves to the topic names
+        it fully matches)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        names = frozenset(self.topic_partitions)
+        bump = False
+        still = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        for regex in sorted(regexes):
+            if regex not in still:
+                continue
+            topics = resolve_regex(regex, names)
+            if group.resolved_regexes.get(regex, frozenset()) != topics:
+                bump = True
+            group.resolved_regexes[regex] = topics
+        group.last_regex_refresh_ms = started_ms
+        group.regex_topic_names = names
+        metadata_hash = self._metadata_hash(self._subscribed_names(group, None))
+        if bump or metadata_hash != group.metadata_hash:
+            group.group_epoch += 1
+            group.metadata_hash = metadata_hash
 
     def _preferred_assignor(
         self, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember
@@ -546,6 +699,9 @@ class ConsumerGroupCoordinator:
     ) -> None:
         """consumerGroupFenceMembers (no downgrade: classic groups are not modelled here)."""
         group.remove_member(member.member_id)
+        still = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        for regex in [r for r in group.resolved_regexes if r not in still]:
+            del group.resolved_regexes[regex]  # maybeDeleteResolvedRegularExpressions
         group.group_epoch += 1
         group.metadata_hash = self._metadata_hash(self._subscribed_names(group, None))
         for key in ("session-timeout", "rebalance-timeout"):

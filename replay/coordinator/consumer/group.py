@@ -196,8 +196,11 @@ class ConsumerGroup:
 
     group_id: str
     group_epoch: int = 1  # Kafka 4.3.1 ModernGroup starts a new group at epoch 1 (the first join makes it 2)
-    assignment_epoch: int = 0
+    assignment_epoch: int = 1  # TargetAssignmentMetadata.INITIAL = (epoch 1, timestamp 0)
     metadata_hash: frozenset[tuple[str, int]] = frozenset()  # of the subscribed topics, at the last bump
+    resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)  # regex -> topic names
+    last_regex_refresh_ms: int | None = None
+    regex_topic_names: frozenset[str] = frozenset()  # the topic names the last resolution saw
     assignment_timestamp_ms: int | None = None  # Kafka's 0 ("never computed"); virtual time may be 0
     members: dict[str, ConsumerGroupMember] = field(default_factory=dict)  # join order
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
@@ -230,6 +233,9 @@ class ConsumerGroup:
         for key in member.owned():
             if self.owner_of.get(key) == member.member_id:
                 del self.owner_of[key]
+
+    def resolved_topics(self, regex: str | None) -> frozenset[str]:
+        return self.resolved_regexes.get(regex, frozenset()) if regex else frozenset()
 
     def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
         member_id = self.static_members.get(instance_id)
