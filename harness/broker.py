@@ -27,7 +27,7 @@ import time
 import uuid
 from base64 import urlsafe_b64encode
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +236,7 @@ class LaunchPlan:
     new_coordinator: bool
     secure_listeners: tuple[SecureListener, ...] = ()
     secure_ports: tuple[int, ...] = ()  # one per secure listener, in order
+    cluster_id: str | None = None  # shared by the nodes of a cluster (None: a fresh one at format)
 
     @property
     def bootstrap(self) -> str:
@@ -290,7 +291,7 @@ class LaunchPlan:
             "kafka.tools.StorageTool",
             "format",
             "-t",
-            cluster_id(),
+            self.cluster_id or cluster_id(),
             "-c",
             str(self.config_path),
             "--ignore-formatted",
@@ -657,6 +658,149 @@ def start_broker(
             raise
         return broker
     raise AssertionError("unreachable")
+
+
+# --- clusters: several KRaft nodes on 127.0.0.1 --------------------------------------------------
+
+# A 3-node cluster that keeps its groups when one node stops: the offsets topic (whose partition
+# leader is the group coordinator) is replicated to every node, one in-sync replica suffices.
+CLUSTER_SETTINGS: dict[str, str] = {
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "1",
+    "offsets.topic.num.partitions": "1",
+    "unclean.leader.election.enable": "true",
+}
+
+
+@dataclass(eq=False)
+class Cluster:
+    """Running KRaft nodes (broker+controller each, node ids 1..N, one controller quorum)."""
+
+    brokers: list[Broker]
+
+    @property
+    def bootstrap(self) -> str:
+        """Every running node's PLAINTEXT address, comma-separated (a client's bootstrap list)."""
+        return ",".join(b.bootstrap for b in self.brokers if b.is_running())
+
+    def node(self, node_id: int) -> Broker:
+        return self.brokers[node_id - 1]
+
+    def node_for_port(self, port: int) -> Broker:
+        for broker in self.brokers:
+            if broker.plan.port == port:
+                return broker
+        raise KeyError(f"no node listens on port {port}")
+
+    @property
+    def kafka_version(self) -> str:
+        return self.brokers[0].kafka_version
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node (a crash: no controlled shutdown); its data stays for `restart`."""
+        process = self.node(node_id).process
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait()
+
+    def restart(self, node_id: int, ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS) -> Broker:
+        """Start a stopped or killed node again on its ports and data; returns once it answers."""
+        broker = self.node(node_id)
+        if broker.is_running():
+            return broker
+        with open(broker.plan.log_path, "ab") as log:
+            broker.process = subprocess.Popen(
+                broker.plan.broker_command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=broker.plan.work_dir,
+                preexec_fn=child_preexec(False),
+            )
+        broker._stopped = False
+        with _LIVE_LOCK:
+            _LIVE.add(broker)
+        _wait_ready(broker.plan, broker.process, ready_timeout_ms)
+        return broker
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            broker.stop()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def start_cluster(
+    kafka_version: str = DEFAULT_KAFKA_VERSION,
+    size: int = 3,
+    new_coordinator: bool | None = None,
+    extra_config: dict[str, str] | None = None,
+    *,
+    heap_mb: int = DEFAULT_HEAP_MB,
+    ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
+    progress: ProgressCallback | None = None,
+) -> Cluster:
+    """Start `size` KRaft nodes that form one cluster; returns when every node answers ApiVersions.
+
+    Each node is broker and controller (`process.roles=broker,controller`), all are voters of one
+    quorum (`controller.quorum.voters`), formatted with one cluster id. Replication settings are
+    `CLUSTER_SETTINGS` (for size >= 3), so a group survives one node stopping: its coordinator
+    moves to the new leader of the offsets topic's partition.
+    """
+    if size < 1:
+        raise ValueError("a cluster has at least one node")
+    settings = {**CLUSTER_SETTINGS} if size >= 3 else {}
+    settings |= extra_config or {}
+    plans = [
+        plan_broker(kafka_version, new_coordinator, settings, heap_mb=heap_mb, progress=progress)
+        for _ in range(size)
+    ]
+    if plans[0].line.mode is not Mode.KRAFT:
+        raise BrokerError(f"clusters are set up for KRaft lines (3.3+) only, not Kafka {kafka_version}")
+    voters = ",".join(f"{index + 1}@127.0.0.1:{plan.controller_port}" for index, plan in enumerate(plans))
+    shared_id = cluster_id()
+    plans = [
+        replace(
+            plan,
+            cluster_id=shared_id,
+            properties={**plan.properties, "node.id": str(index + 1), "controller.quorum.voters": voters},
+        )
+        for index, plan in enumerate(plans)
+    ]
+    brokers: list[Broker] = []
+    try:
+        for plan in plans:
+            plan.write_files()
+            _run_format(plan)
+        for plan in plans:
+            with open(plan.log_path, "ab") as log:
+                process = subprocess.Popen(
+                    plan.broker_command(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=plan.work_dir,
+                    preexec_fn=child_preexec(False),
+                )
+            broker = Broker(plan=plan, process=process, owns_work_dir=True)
+            with _LIVE_LOCK:
+                _LIVE.add(broker)
+            brokers.append(broker)
+        for broker in brokers:
+            _wait_ready(broker.plan, broker.process, ready_timeout_ms)
+    except BaseException:
+        for broker in brokers:
+            broker.stop()
+        for plan in plans:
+            shutil.rmtree(plan.work_dir, ignore_errors=True)
+        raise
+    return Cluster(brokers)
 
 
 # --- detached brokers: a state file per version under the run dir --------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker import Broker, BrokerError, SecureListener, start_broker
+from harness.broker import Broker, BrokerError, Cluster, SecureListener, start_broker, start_cluster
 from harness.certs import CertAuthority, Leaf
 from harness.lines import KAFKA_4X, KAFKA_39
 from harness.maven import MavenError, missing_tools
@@ -120,6 +120,21 @@ def secure_broker(broker_factory: BrokerFactory, tmp_path_factory: pytest.TempPa
     )
     broker = broker_factory(KAFKA_39, new_coordinator=False, secure_listeners=listeners)
     return SecureBroker(broker, ca, client, directory)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[Cluster]:
+    """A 3-node Kafka 3.9 KRaft cluster (issue 12), offsets topic replicated to every node.
+    A test that kills a node restarts it (`Cluster.restart`) before it ends."""
+    reason = missing_tools()
+    if reason:
+        pytest.skip(f"cannot run Kafka brokers: {reason}")
+    try:
+        cluster = start_cluster(KAFKA_39, 3, new_coordinator=False, progress=None)
+    except (BrokerError, MavenError) as exc:
+        pytest.fail(f"could not start a Kafka cluster: {exc}", pytrace=False)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,118 @@
+"""The proxy in front of a 3-node KRaft cluster: every broker reachable through it, and a group
+that follows its coordinator when the coordinator's broker is killed (issue 12).
+
+Two real consumers (confluent-kafka, through `harness.clients`) consume through the recording
+proxy; the test kills the node that coordinates their group (SIGKILL, no controlled shutdown),
+produces more through the proxy, and waits for the consumers to receive it. The capture must show
+FindCoordinator answering first the killed node, then another one, with group requests going to
+the new coordinator afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.clients import ClientError, ClientKind, ConsumerSpec, start_consumer
+from proxy.capture.reader import exchanges, read_capture
+from proxy.capture.writer import CaptureWriter
+from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
+from proxy.wire import ApiKey, CodecError
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=3)])[topic].result(60)
+
+
+def _coordinator(bootstrap: str, group: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description = admin.describe_consumer_groups([group], request_timeout=30)[group].result(60)
+    return int(description.coordinator.id)
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 120_000})
+    for i in range(count):
+        producer.produce(topic, value=b"v" * 100, key=str(i).encode())
+    assert producer.flush(150) == 0
+
+
+def _found_coordinators(path: Path, group: str) -> list[int]:
+    """Node ids FindCoordinator named for `group`, in order, as the broker answered (upstream leg)."""
+    found: list[int] = []
+    for exchange in exchanges(read_capture(path), "upstream"):
+        if exchange.request.api_key != ApiKey.FIND_COORDINATOR or exchange.response is None:
+            continue
+        try:
+            request, response = exchange.decode()
+        except CodecError:
+            continue
+        if hasattr(response, "coordinators"):  # v4+: batched
+            found += [
+                int(c.node_id) for c in response.coordinators if c.key == group and int(c.error_code) == 0
+            ]
+        elif request.key == group and int(response.error_code) == 0:
+            found.append(int(response.node_id))
+    return found
+
+
+def test_group_follows_its_coordinator_when_its_broker_is_killed(kafka_cluster, tmp_path: Path) -> None:
+    cluster = kafka_cluster
+    topic, group = f"failover-{os.getpid()}", f"failover-{os.getpid()}"
+    _create_topic(cluster.bootstrap, topic, 3)
+    upstream = cluster.node(1).bootstrap
+    path = tmp_path / "cluster.pcapng"
+    proxy = BackgroundProxy(
+        ProxyConfig(upstream=parse_hostport(upstream)), CaptureWriter(path, upstream=upstream)
+    )
+    killed: int | None = None
+    try:
+        specs = [
+            ConsumerSpec(ClientKind.CONFLUENT, proxy.bootstrap, group, (topic,), client_id=f"fo-{n}")
+            for n in range(2)
+        ]
+        with start_consumer(specs[0]) as first, start_consumer(specs[1]) as second:
+            for consumer in (first, second):
+                consumer.wait_assigned(timeout_ms=120_000)
+            _produce(proxy.bootstrap, topic, 30)
+            for consumer in (first, second):
+                consumer.wait_for(lambda e: e.event == "records", timeout_ms=120_000)
+            killed = _coordinator(cluster.bootstrap, group)
+            marks = [len(first.snapshot()), len(second.snapshot())]
+            cluster.kill(killed)
+            # More data through the proxy: partitions the killed node led move to other leaders.
+            _produce(proxy.bootstrap, topic, 60)
+            received = 0
+            for consumer, mark in ((first, marks[0]), (second, marks[1])):
+                try:
+                    consumer.wait_for(lambda e: e.event == "records", timeout_ms=150_000, after=mark)
+                    received += 1
+                except ClientError:  # one member may own no partition after a rebalance
+                    continue
+            assert received >= 1, first.describe() + "\n" + second.describe()
+            now = _coordinator(cluster.bootstrap, group)
+            assert now != killed
+            assert first.process.poll() is None and second.process.poll() is None
+    finally:
+        proxy.stop()
+        if killed is not None:
+            cluster.restart(killed)  # the session's cluster is whole again for later tests
+    found = _found_coordinators(path, group)
+    assert killed in found, found
+    after = found[found.index(killed) :]
+    assert any(node != killed for node in after), f"FindCoordinator never moved: {found}"
+    # The clients stayed on the proxy: every connection's client leg is the proxy's, and the
+    # proxy opened connections to more than the bootstrap broker.
+    upstreams = {c.upstream for c in read_capture(path).connections.values()}
+    assert len(upstreams) >= 2 and all(parse_hostport(u)[0] == "127.0.0.1" for u in upstreams if u)
