@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from harness.clients import ClientError, ClientKind, ConsumerSpec, start_consumer
+
 from proxy.capture.reader import exchanges, read_capture
 from proxy.capture.writer import CaptureWriter
 from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
