@@ -353,7 +353,7 @@ def table(results: list[Result]) -> object:
             "-" if r.p99_ms is None else f"{r.p99_ms:.2f}",
             ratio(direct),
             ratio(haproxy),
-            "-" if r.capture_bytes is None else f"{r.capture_bytes / 1e6:,.1f}",
+            "-" if r.capture_bytes is None else f"{r.capture_bytes / 1e6:,.2f}",
         )
     return out
 
