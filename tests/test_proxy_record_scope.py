@@ -94,6 +94,7 @@ def test_group_scope_records_the_group_not_the_data(broker_factory, make_topic, 
         env={**os.environ, "COLUMNS": "300"},
     )
     assert shown.returncode == 0 and "record scope group" in shown.stdout
+    assert "closed connections carried" in shown.stdout
     out = tmp_path / "events"
     assert group_replay(["replay", str(path), "--out", str(out), "--progress", "off"]) == 0
     rows = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]

@@ -155,6 +155,9 @@ def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: An
             + (" [yellow]undecodable[/yellow]" if "decode_error" in row else ""),
         )
     console.print(table)
+    traffic = _traffic_line(capture)
+    if traffic:
+        console.print(traffic)
     if capture.damage:
         console.print(f"[yellow]capture damaged: {capture.damage}; shown up to the damage[/yellow]")
 
@@ -164,6 +167,22 @@ def _generation_cell(row: dict[str, Any]) -> str:
     if row.get("member_epoch") is not None:
         return f"epoch {row['member_epoch']}"
     return "" if row["generation_id"] is None else str(row["generation_id"])
+
+
+def _traffic_line(capture: Capture) -> str:
+    """What the connections carried against what the capture holds (format 3 close comments)."""
+    carried = [
+        (c.client_bytes or 0) + (c.upstream_bytes or 0)
+        for c in capture.connections.values()
+        if c.client_bytes is not None or c.upstream_bytes is not None
+    ]
+    if not carried:
+        return ""
+    recorded = sum(len(f.payload) + 4 for f in capture.frames if f.leg == "client")
+    return (
+        f"record scope {capture.record_scope}: {len(carried)} closed connections carried "
+        f"{sum(carried):,} bytes; {recorded:,} bytes of frames recorded (client leg)"
+    )
 
 
 def _settings_line(capture: Capture) -> str:
