@@ -98,9 +98,17 @@ class SecureBroker:
         return self.broker.listener_bootstrap(name)
 
 
+@dataclass(frozen=True)
+class _SecureSetup:
+    ca: CertAuthority
+    client: Leaf
+    directory: Path
+    listeners: tuple[SecureListener, ...]
+
+
 @pytest.fixture(scope="session")
-def secure_broker(broker_factory: BrokerFactory, tmp_path_factory: pytest.TempPathFactory) -> SecureBroker:
-    """One broker for every TLS/SASL test of the session (the certificates are made here)."""
+def _secure_setup(tmp_path_factory: pytest.TempPathFactory) -> _SecureSetup:
+    """The session's certificates (made once) and the listeners that use them."""
     from harness.certs import CertError, make_ca
 
     directory = tmp_path_factory.mktemp("tls")
@@ -118,8 +126,16 @@ def secure_broker(broker_factory: BrokerFactory, tmp_path_factory: pytest.TempPa
         SecureListener("SASL_PLAINTEXT", **sasl),  # type: ignore[arg-type]
         SecureListener("SASL_SSL", **tls, **sasl),  # type: ignore[arg-type]
     )
-    broker = broker_factory(KAFKA_39, new_coordinator=False, secure_listeners=listeners)
-    return SecureBroker(broker, ca, client, directory)
+    return _SecureSetup(ca, client, directory, listeners)
+
+
+@pytest.fixture
+def secure_broker(broker_factory: BrokerFactory, _secure_setup: _SecureSetup) -> SecureBroker:
+    """The session's broker with SSL/SASL listeners (one per session: the factory keeps it, and
+    starts it again if it was stopped to make room for others)."""
+    setup = _secure_setup
+    broker = broker_factory(KAFKA_39, new_coordinator=False, secure_listeners=setup.listeners)
+    return SecureBroker(broker, setup.ca, setup.client, setup.directory)
 
 
 @pytest.fixture(scope="session")
