@@ -4,6 +4,8 @@ each command, as its module builds it, walked down to the subcommands' options."
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -76,3 +78,41 @@ def test_readme_commands_match_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
         options = _options(_parser_of(command, monkeypatch))
         for option in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
             assert option in options, f"README: {line!r} names {option}, which `{command}` does not have"
+
+
+_WITHOUT_EXTRAS = (
+    "import sys\n"
+    "for name in {modules!r}:\n"
+    "    sys.modules[name] = None  # as after README's install without this extra\n"
+    "import group_replay\n"
+    "sys.exit(group_replay.main(sys.argv[1:]))\n"
+)
+
+
+def _without_extras(tmp_path: object, *argv: str) -> subprocess.CompletedProcess[str]:
+    modules = sorted(group_replay.EXTRA_OF_MODULE)
+    return subprocess.run(
+        [sys.executable, "-c", _WITHOUT_EXTRAS.format(modules=modules), *argv],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", sorted(group_replay.COMMANDS))
+def test_every_command_answers_help_without_any_extra(command: str, tmp_path: object) -> None:
+    result = _without_extras(tmp_path, command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: group-replay" in result.stdout
+
+
+@pytest.mark.parametrize(("argv", "extra"), [(("validate", "."), "spark"), (("demo",), "clients")])
+def test_a_command_needing_an_extra_says_which_in_one_line(
+    argv: tuple[str, ...], extra: str, tmp_path: object
+) -> None:
+    result = _without_extras(tmp_path, *argv)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"group-replay {argv[0]}: needs the {extra}" in line and "pip install 'group-replay[" in line
