@@ -448,3 +448,47 @@ def test_hostile_heartbeats_get_kafka_errors_never_a_crash(steps: list[tuple[Hea
                 for key in member.owned():
                     assert key not in owners, (key, owners[key], member.member_id)
                     owners[key] = member.member_id
+
+
+def _range_as_kafka_walks_it(members: list[MemberSpec], counts: dict[uuid.UUID, int]) -> dict[str, Any]:
+    """RangeAssignor.assignHeterogeneousGroup literally: members in order, topics inner, nextRange."""
+    ordered = sorted(
+        members, key=lambda m: (0, m.instance_id) if m.instance_id is not None else (1, m.member_id)
+    )
+    subscribers = {t: sum(t in m.subscribed_topic_ids for m in ordered) for t in counts}
+    next_range = dict.fromkeys(counts, 0)
+    extra = {t: counts[t] % n for t, n in subscribers.items() if n}
+    result: dict[str, Any] = {}
+    for m in ordered:
+        result[m.member_id] = {}
+        for t in sorted(m.subscribed_topic_ids):
+            quota = counts[t] // subscribers[t]
+            if extra[t] > 0:
+                quota += 1
+                extra[t] -= 1
+            start, end = next_range[t], min(next_range[t] + quota, counts[t])
+            next_range[t] = end
+            if start < end:
+                result[m.member_id][t] = frozenset(range(start, end))
+    return result
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.sets(st.integers(0, 3), min_size=1)), min_size=1, max_size=12),
+    st.lists(st.integers(0, 13), min_size=4, max_size=4),
+)
+def test_range_per_topic_formula_equals_kafkas_walk(
+    shape: list[tuple[bool, set[int]]], sizes: list[int]
+) -> None:
+    counts = {uuid.UUID(int=i + 1): n for i, n in enumerate(sizes)}
+    members = [
+        MemberSpec(
+            f"m{i:02d}",
+            f"pod-{i % 5}-{i}" if static else None,
+            frozenset(uuid.UUID(int=t + 1) for t in topics),
+            {},
+        )
+        for i, (static, topics) in enumerate(shape)
+    ]
+    assert assign("range", members, counts) == _range_as_kafka_walks_it(members, counts)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TypeVar
 from uuid import UUID
 
@@ -58,8 +59,9 @@ def _int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+@lru_cache(maxsize=1 << 16)
 def java_string_hash(text: str) -> int:
-    """java.lang.String.hashCode over UTF-16 code units."""
+    """java.lang.String.hashCode over UTF-16 code units (cached: member ids come back every time)."""
     h = 0
     data = text.encode("utf-16-be")
     for index in range(0, len(data), 2):
@@ -67,6 +69,7 @@ def java_string_hash(text: str) -> int:
     return _int32(h)
 
 
+@lru_cache(maxsize=1 << 12)
 def java_uuid_hash(value: UUID) -> int:
     """org.apache.kafka.common.Uuid.hashCode: (int)(h >> 32) ^ (int) h with h = msb ^ lsb."""
     h = (value.int >> 64) ^ (value.int & 0xFFFFFFFFFFFFFFFF)
@@ -83,7 +86,7 @@ def _java_hash_table_capacity(size: int, initial_capacity: int = 16) -> int:
 def java_hash_order(keys: Iterable[K]) -> list[K]:
     """`keys` (in insertion order) in the order a java.util.HashMap/HashSet holding them iterates."""
     ordered = list(keys)
-    if not ordered:
+    if len(ordered) < 2:
         return ordered
     capacity = _java_hash_table_capacity(len(ordered))
 
@@ -122,12 +125,16 @@ def uniform(
     topic_ids = java_hash_order(sorted(members[0].subscribed_topic_ids))
     if not topic_ids:
         return {}
-    assigned = {(t, p) for m in members for t, parts in m.assignment.items() for p in parts}
+    assigned: dict[UUID, set[int]] = {}  # groupSpec.isPartitionAssigned (the inverted target)
+    for m in members:
+        for t, parts in m.assignment.items():
+            assigned.setdefault(t, set()).update(parts)
     unassigned: list[tuple[UUID, int]] = []
     total = 0
     for topic_id in topic_ids:
         count = _partitions(topic_partitions, topic_id)
-        unassigned.extend((topic_id, p) for p in range(count) if (topic_id, p) not in assigned)
+        taken = assigned.get(topic_id, ())
+        unassigned.extend((topic_id, p) for p in range(count) if p not in taken)
         total += count
     minimum_quota, extra = divmod(total, len(members))
     subscribed = set(topic_ids)
@@ -373,31 +380,33 @@ def _range_order(member: MemberSpec) -> tuple[int, str]:
 
 
 def range_(members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) -> GroupAssignment:
-    """RangeAssignor.assign (homogeneous and heterogeneous paths give the same ranges)."""
+    """RangeAssignor.assign. Both of Kafka's paths walk members in order and give the member of
+    rank r among a topic's S subscribers the range starting at r*q + min(r, e) (q, e = divmod(P, S))
+    of length q (+1 while r < e); computed here per topic, so members that get nothing of a topic
+    cost nothing."""
     if not members:
         return {}
     ordered = sorted(members, key=_range_order)
-    subscribers: dict[UUID, int] = {}
+    # Members grouped by identical subscriptions (one group when homogeneous), in rank order.
+    by_subscription: dict[frozenset[UUID], list[str]] = {}
     for member in ordered:
-        for topic_id in member.subscribed_topic_ids:
-            _partitions(topic_partitions, topic_id)
-            subscribers[topic_id] = subscribers.get(topic_id, 0) + 1
-    next_range = dict.fromkeys(subscribers, 0)
-    extras = {t: topic_partitions[t] % n for t, n in subscribers.items()}
-    target: GroupAssignment = {}
-    for member in ordered:
-        assignment: dict[UUID, frozenset[int]] = {}
-        for topic_id in sorted(member.subscribed_topic_ids):
-            quota = topic_partitions[topic_id] // subscribers[topic_id]
-            if extras[topic_id] > 0:
-                quota += 1
-                extras[topic_id] -= 1
-            start = next_range[topic_id]
-            end = min(start + quota, topic_partitions[topic_id])
-            next_range[topic_id] = end
-            if start < end:
-                assignment[topic_id] = frozenset(range(start, end))
-        target[member.member_id] = assignment
+        by_subscription.setdefault(member.subscribed_topic_ids, []).append(member.member_id)
+    position = {m.member_id: i for i, m in enumerate(ordered)}
+    subscribers: dict[UUID, list[str]] = {}
+    for subscription, member_ids in by_subscription.items():
+        for topic_id in subscription:
+            known = subscribers.get(topic_id)
+            subscribers[topic_id] = (
+                member_ids if known is None else sorted([*known, *member_ids], key=position.__getitem__)
+            )
+    target: dict[str, dict[UUID, frozenset[int]]] = {m.member_id: {} for m in ordered}
+    for topic_id, subs in subscribers.items():
+        count = _partitions(topic_partitions, topic_id)
+        quota, extra = divmod(count, len(subs))
+        for rank, member_id in enumerate(subs if quota else subs[:extra]):
+            start = rank * quota + min(rank, extra)
+            end = start + quota + (1 if rank < extra else 0)
+            target[member_id][topic_id] = frozenset(range(start, end))
     return target
 
 

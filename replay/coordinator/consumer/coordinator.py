@@ -34,6 +34,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -57,6 +58,12 @@ REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000  # GroupMetadataManager
 # RE2 (com.google.re2j, what Kafka compiles subscription regexes with) has no lookaround and no
 # backreferences; Python's `re` has both. Everything else used in topic patterns reads the same.
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=|\(\?\(")
+
+
+@lru_cache(maxsize=1 << 14)
+def _serve_topic_id(name: str) -> UUID:
+    """The topic id `coordinator serve` gives `name` in its Metadata answers."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"group-replay:{name}")
 
 
 def regex_error(pattern: str) -> str | None:
@@ -209,7 +216,7 @@ class ConsumerGroupCoordinator:
 
     def topic_id(self, name: str) -> UUID:
         found = self.topic_id_overrides.get(name)
-        return found if found is not None else uuid.uuid5(uuid.NAMESPACE_URL, f"group-replay:{name}")
+        return found if found is not None else _serve_topic_id(name)
 
     @property
     def topics(self) -> dict[str, TopicImage]:
@@ -233,16 +240,40 @@ class ConsumerGroupCoordinator:
         """ModernGroup.computeMetadataHash stand-in: what the image says of the subscribed topics."""
         return frozenset((n, self.topic_partitions[n]) for n in names if n in self.topic_partitions)
 
+    @staticmethod
+    def _counts_with(
+        group: ConsumerGroup, updated: ConsumerGroupMember | None
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """The group's members per subscribed name and per regex, with `updated` in place of the
+        stored member of that id (ConsumerGroup.computeSubscribedTopicNames(member, updatedMember))."""
+        names, regexes = group.name_counts, group.regex_counts
+        if updated is None:
+            return names, regexes
+        old = group.members.get(updated.member_id)
+        if (
+            old is not None
+            and old.subscribed_topic_names == updated.subscribed_topic_names
+            and old.subscribed_topic_regex == updated.subscribed_topic_regex
+        ):
+            return names, regexes
+        names, regexes = dict(names), dict(regexes)
+        for member, delta in ((old, -1), (updated, 1)):
+            if member is None:
+                continue
+            for name in member.subscribed_topic_names:
+                names[name] = names.get(name, 0) + delta
+            if member.subscribed_topic_regex:
+                regex = member.subscribed_topic_regex
+                regexes[regex] = regexes.get(regex, 0) + delta
+        return {k: v for k, v in names.items() if v > 0}, {k: v for k, v in regexes.items() if v > 0}
+
     def _subscribed_names(self, group: ConsumerGroup, updated: ConsumerGroupMember | None) -> set[str]:
         """ConsumerGroup.computeSubscribedTopicNames: by name and through resolved regexes."""
-        names: set[str] = set()
-        members = [m for m in group.members.values() if updated is None or m.member_id != updated.member_id]
-        if updated is not None:
-            members.append(updated)
-        for m in members:
-            names |= m.subscribed_topic_names
-            names |= group.resolved_topics(m.subscribed_topic_regex)
-        return names
+        names, regexes = self._counts_with(group, updated)
+        subscribed = set(names)
+        for regex in regexes:
+            subscribed |= group.resolved_topics(regex)
+        return subscribed
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -402,31 +433,7 @@ class ConsumerGroupCoordinator:
                 member = existing
         is_new = member_id not in group.members and replaced is None
 
-        updated = replace(
-            member,
-            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
-            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
-            rebalance_timeout_ms=(
-                request.rebalance_timeout_ms
-                if request.rebalance_timeout_ms != -1
-                else member.rebalance_timeout_ms
-            ),
-            server_assignor=request.server_assignor
-            if request.server_assignor is not None
-            else member.server_assignor,
-            subscribed_topic_names=(
-                frozenset(request.subscribed_topic_names)
-                if request.subscribed_topic_names is not None
-                else member.subscribed_topic_names
-            ),
-            subscribed_topic_regex=(
-                request.subscribed_topic_regex
-                if request.subscribed_topic_regex is not None
-                else member.subscribed_topic_regex
-            ),
-            client_id=request.client_id,
-            client_host=request.client_host,
-        )
+        updated = self._updated(member, request)
         # hasMemberSubscriptionChanged: names only (a new member starts with none, so joining with
         # names bumps the group epoch and joining with only a regex waits for its resolution).
         names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
@@ -495,6 +502,47 @@ class ConsumerGroupCoordinator:
             member_epoch=reconciled.member_epoch,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             assignment=dict(reconciled.assigned) if request.member_epoch == 0 or full or changed else None,
+        )
+
+    @staticmethod
+    def _updated(member: ConsumerGroupMember, request: HeartbeatRequest) -> ConsumerGroupMember:
+        """ConsumerGroupMember.Builder.maybeUpdate*: a field the request leaves null (or -1) keeps
+        its value. A plain heartbeat changes nothing and returns the member itself."""
+        if (
+            request.instance_id is None
+            and request.rack_id is None
+            and request.rebalance_timeout_ms == -1
+            and request.server_assignor is None
+            and request.subscribed_topic_names is None
+            and request.subscribed_topic_regex is None
+            and request.client_id == member.client_id
+            and request.client_host == member.client_host
+        ):
+            return member
+        return replace(
+            member,
+            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
+            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=(
+                request.rebalance_timeout_ms
+                if request.rebalance_timeout_ms != -1
+                else member.rebalance_timeout_ms
+            ),
+            server_assignor=request.server_assignor
+            if request.server_assignor is not None
+            else member.server_assignor,
+            subscribed_topic_names=(
+                frozenset(request.subscribed_topic_names)
+                if request.subscribed_topic_names is not None
+                else member.subscribed_topic_names
+            ),
+            subscribed_topic_regex=(
+                request.subscribed_topic_regex
+                if request.subscribed_topic_regex is not None
+                else member.subscribed_topic_regex
+            ),
+            client_id=request.client_id,
+            client_host=request.client_host,
         )
 
     @staticmethod
@@ -597,12 +645,7 @@ class ConsumerGroupCoordinator:
         background (`{group}-regex` on Kafka's executor; a timer due now here, so it completes
         after this heartbeat's answer), at most every 10 s, when a regex is unresolved, topics
         were created since the last resolution, or group.consumer.regex.refresh.interval.ms passed."""
-        subscribed: dict[str, int] = {}
-        for m in group.members.values():
-            if m.member_id != member.member_id and m.subscribed_topic_regex:
-                subscribed[m.subscribed_topic_regex] = subscribed.get(m.subscribed_topic_regex, 0) + 1
-        if updated.subscribed_topic_regex:
-            subscribed[updated.subscribed_topic_regex] = subscribed.get(updated.subscribed_topic_regex, 0) + 1
+        subscribed = self._counts_with(group, updated)[1]
         if not require and not subscribed:
             return
         key = f"{group.group_id}-regex"

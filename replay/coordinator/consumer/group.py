@@ -190,6 +190,14 @@ def _next_assignment(
     )
 
 
+def _bump(counts: dict[str, int], key: str, delta: int) -> None:
+    value = counts.get(key, 0) + delta
+    if value > 0:
+        counts[key] = value
+    else:
+        counts.pop(key, None)
+
+
 @dataclass(slots=True)
 class ConsumerGroup:
     """The mutable state of one consumer group (ConsumerGroup.java); members are immutable."""
@@ -201,6 +209,9 @@ class ConsumerGroup:
     resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)  # regex -> topic names
     last_regex_refresh_ms: int | None = None
     regex_topic_names: frozenset[str] = frozenset()  # the topic names the last resolution saw
+    # ConsumerGroup.subscribedTopicNames / subscribedRegularExpressions: members per name / regex
+    name_counts: dict[str, int] = field(default_factory=dict)
+    regex_counts: dict[str, int] = field(default_factory=dict)
     assignment_timestamp_ms: int | None = None  # Kafka's 0 ("never computed"); virtual time may be 0
     members: dict[str, ConsumerGroupMember] = field(default_factory=dict)  # join order
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
@@ -210,11 +221,26 @@ class ConsumerGroup:
     def update_member(self, member: ConsumerGroupMember) -> None:
         """ConsumerGroup.updateMember: partition index, static member index."""
         old = self.members.get(member.member_id)
-        if old is not None:
-            self._release(old)
+        if old is member:
+            return
         self.members[member.member_id] = member
-        for key in member.owned():
-            self.owner_of[key] = member.member_id
+        if (
+            old is None
+            or old.assigned is not member.assigned
+            or old.pending_revocation is not member.pending_revocation
+        ):
+            if old is not None:
+                self._release(old)
+            for key in member.owned():
+                self.owner_of[key] = member.member_id
+        if (
+            old is None
+            or old.subscribed_topic_names is not member.subscribed_topic_names
+            or old.subscribed_topic_regex != member.subscribed_topic_regex
+        ):
+            if old is not None:
+                self._count(old, -1)
+            self._count(member, 1)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
 
@@ -225,9 +251,16 @@ class ConsumerGroup:
         if old is None:
             return None
         self._release(old)
+        self._count(old, -1)
         if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
             del self.static_members[old.instance_id]
         return old
+
+    def _count(self, member: ConsumerGroupMember, delta: int) -> None:
+        for name in member.subscribed_topic_names:
+            _bump(self.name_counts, name, delta)
+        if member.subscribed_topic_regex:
+            _bump(self.regex_counts, member.subscribed_topic_regex, delta)
 
     def _release(self, member: ConsumerGroupMember) -> None:
         for key in member.owned():

@@ -1,0 +1,219 @@
+"""Benchmark: KIP-848 consumer groups in the reference coordinator (issue 13), in virtual time.
+
+1. One full target assignment of the server-side assignors (`uniform` from scratch and after one
+   member joins a settled group; `range`) at 100, 1,000 and 10,000 members: 100 topics, 10
+   partitions per member (Kafka's ServerSideAssignorBenchmark shape: partitionsToMemberRatio 10,
+   100 topics, homogeneous subscriptions). Kafka's published JMH figures for its uniform assignor
+   are shown beside them (JVM, not this machine). Baseline, same run: building every member's
+   answer as a plain round-robin list (the least any assignor must do).
+2. Requests/s: a consumer-protocol group (default 1,000 members) joins, settles, then goes
+   through a rolling restart (each static member leaves with epoch -2 and rejoins under a new
+   member id; with --dynamic each leaves with -1 and rejoins, a rebalance each time), every
+   member heartbeating every 5 s of virtual time. Counted: `heartbeat` calls over the wall time
+   spent inside them. Baseline, same run: building one kio ConsumerGroupHeartbeatRequest per call.
+
+    .venv/bin/python bench/consumer_group.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+# bench/replay.py would shadow the `replay` package when this runs as a script from bench/.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from replay.coordinator.consumer import (  # noqa: E402
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    HeartbeatRequest,
+    MemberSpec,
+)
+from replay.coordinator.consumer.assignors import java_hash_order, range_, uniform  # noqa: E402
+from replay.coordinator.consumer.wire import heartbeat_to_kio  # noqa: E402
+
+KAFKA_JMH_UNIFORM_MS = {100: 0.02, 10_000: 4.3}  # issue 13: Kafka's published JMH figures
+
+
+def _best_ms(run: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - start) * 1000)
+    return min(times)
+
+
+def _assignment_row(members_count: int, repeats: int) -> tuple[Any, ...]:
+    topics = {uuid.UUID(int=i + 1): members_count * 10 // 100 for i in range(100)}
+    ids = frozenset(topics)
+    member_ids = java_hash_order([str(uuid.UUID(int=(0x848 << 64) + i)) for i in range(members_count)])
+    fresh = [MemberSpec(m, None, ids, {}) for m in member_ids]
+    settled = uniform(fresh, topics, True)
+    joined = [MemberSpec(m, None, ids, settled[m]) for m in member_ids] + [MemberSpec("new", None, ids, {})]
+    partitions = [(t, p) for t, n in topics.items() for p in range(n)]
+
+    def round_robin() -> None:
+        answer: dict[str, list[tuple[uuid.UUID, int]]] = {m: [] for m in member_ids}
+        for index, tp in enumerate(partitions):
+            answer[member_ids[index % members_count]].append(tp)
+
+    repeat = repeats if members_count <= 1000 else max(1, repeats // 3)
+    return (
+        members_count,
+        len(partitions),
+        _best_ms(lambda: uniform(fresh, topics, True), repeat),
+        _best_ms(lambda: uniform(joined, topics, True), repeat),
+        _best_ms(lambda: range_(fresh, topics), repeat),
+        _best_ms(round_robin, repeat),
+        KAFKA_JMH_UNIFORM_MS.get(members_count),
+    )
+
+
+class GroupRun:
+    """A consumer-protocol group driven in virtual time; every member reports what it owns."""
+
+    def __init__(self, members: int, dynamic: bool) -> None:
+        self.coordinator = ConsumerGroupCoordinator(ConsumerGroupConfig())
+        self.coordinator.add_topic("orders", members * 2)
+        self.dynamic = dynamic
+        self.now_ms = 1_000
+        self.calls = 0
+        self.inside_s = 0.0
+        self.state: dict[int, dict[str, Any]] = {
+            i: {"id": f"m-{i}-0", "epoch": 0, "owned": {}, "instance": None if dynamic else f"pod-{i}"}
+            for i in range(members)
+        }
+
+    def beat(self, index: int, epoch: int | None = None) -> None:
+        member = self.state[index]
+        sent = member["epoch"] if epoch is None else epoch
+        joining = sent == 0
+        request = HeartbeatRequest(
+            group_id="bench",
+            member_id=member["id"],
+            member_epoch=sent,
+            instance_id=member["instance"],
+            rebalance_timeout_ms=300_000 if joining else -1,
+            subscribed_topic_names=("orders",) if joining else None,
+            owned={} if joining else member["owned"],
+        )
+        member["last_ms"] = self.now_ms
+        start = time.perf_counter()
+        answer = self.coordinator.heartbeat(self.now_ms, request)
+        self.inside_s += time.perf_counter() - start
+        self.calls += 1
+        if answer.error_code == 0 and sent >= 0:
+            member["epoch"] = answer.member_epoch
+            if answer.assignment is not None:
+                member["owned"] = answer.assignment
+
+    def due(self) -> None:
+        """Everyone whose heartbeat interval (5 s) has passed heartbeats now."""
+        for index, member in self.state.items():
+            if member.get("last_ms", 0) <= self.now_ms - 5_000:
+                self.beat(index)
+
+    def round(self) -> None:
+        """Every member heartbeats once, spread over one 5 s heartbeat interval."""
+        step = 5_000 // max(1, len(self.state))
+        for index in self.state:
+            self.now_ms += step
+            self.beat(index)
+
+    def run(self) -> None:
+        for index in self.state:
+            self.now_ms += 1
+            self.beat(index)
+        for _ in range(4):
+            self.round()
+        for index in self.state:  # the rolling restart, one member at a time
+            member = self.state[index]
+            self.beat(index, epoch=-1 if self.dynamic else -2)
+            self.now_ms += 2_000
+            generation = int(member["id"].rsplit("-", 1)[1]) + 1
+            member.update(id=f"m-{index}-{generation}", epoch=0, owned={})
+            self.beat(index)
+            self.due()
+        for _ in range(4):
+            self.round()
+
+
+def requests_rows(members: int) -> list[tuple[Any, ...]]:
+    rows = []
+    for dynamic in (False, True):
+        run = GroupRun(members, dynamic)
+        start = time.perf_counter()
+        run.run()
+        total_s = time.perf_counter() - start
+        sample = HeartbeatRequest("bench", "m-1-0", 3, owned={})
+        baseline_start = time.perf_counter()
+        for _ in range(run.calls):
+            heartbeat_to_kio(sample)
+        baseline_s = time.perf_counter() - baseline_start
+        group = run.coordinator.groups["bench"]
+        rows.append(
+            (
+                "dynamic (-1, rejoin)" if dynamic else "static (-2, new id)",
+                members,
+                run.calls,
+                run.calls / run.inside_s,
+                run.calls / baseline_s,
+                total_s,
+                group.group_epoch,
+                group.state.value,
+            )
+        )
+    return rows
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value > 100 else f"{value:.2f}"
+    return str(value)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--members", type=int, default=1000)
+    parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    console = Console()
+    table = Table(
+        title="one full target assignment (best of --repeats), 100 topics, 10 partitions per member"
+    )
+    columns = ("members", "partitions", "uniform fresh ms", "uniform +1 member ms", "range ms")
+    for column in (*columns, "baseline round-robin ms", "Kafka JMH uniform ms (JVM)"):
+        table.add_column(column, justify="right")
+    for size in args.sizes.split(","):
+        row = _assignment_row(int(size), args.repeats)
+        table.add_row(*(f"{v:.2f}" if isinstance(v, float) else ("-" if v is None else str(v)) for v in row))
+    console.print(table)
+    table = Table(title=f"{args.members}-member consumer group: join, settle, rolling restart (virtual time)")
+    for column in ("restart", "members", "heartbeats", "heartbeats/s", "baseline kio requests/s",
+                   "wall s", "final group epoch", "final state"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for row in requests_rows(args.members):
+        table.add_row(
+            *(
+                f"{v:,.0f}"
+                if isinstance(v, float) and v > 100
+                else (f"{v:.2f}" if isinstance(v, float) else str(v))
+                for v in row
+            )
+        )
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
