@@ -319,6 +319,96 @@ def broker_loads(args: argparse.Namespace, relays: list[str], workdir: Path) -> 
     return results
 
 
+def tls_loads(args: argparse.Namespace, workdir: Path) -> list[Result]:
+    """The real-broker loads over TLS (`--tls`): Kafka's tools speak SSL to the broker's SSL
+    listener directly, to haproxy in TLS mode (terminates with the relay's certificate,
+    originates to the broker verifying its chain), and to the proxy (--client-tls-*,
+    --upstream-tls-ca; without and with recording, group scope)."""
+    from harness.admin import create_topic
+    from harness.broker import SecureListener, start_broker
+    from harness.certs import make_ca
+
+    libs = kafka_tools_libs()
+    ca = make_ca(workdir / "tls")
+    broker_leaf, relay_leaf = ca.issue("broker"), ca.issue("relay")
+    ssl_props = ["security.protocol=SSL", "ssl.truststore.type=PEM", f"ssl.truststore.location={ca.cert}"]
+    consumer_config = workdir / "tls-consumer.properties"
+    consumer_config.write_text("\n".join(ssl_props) + "\n")
+    results: list[Result] = []
+
+    def run(kind: str, bootstrap: str, plaintext: str) -> None:
+        topic = f"bench-tls-{kind.replace('+', '-')}-{int(time.time() * 1000)}"
+        create_topic(plaintext, topic, 1)
+        out = kafka_tool(
+            libs, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+            "--num-records", str(args.records), "--record-size", "100", "--throughput", "-1",
+            "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1", "linger.ms=5", *ssl_props,
+        )  # fmt: skip
+        match = _PRODUCER.findall(out)
+        if not match:
+            raise RuntimeError(f"ProducerPerformance output not understood:\n{out[-2000:]}")
+        _, rate, mb, _, _, p50, _, p99 = match[-1]
+        load = "Kafka ProducerPerformance over TLS (100 B, acks=1)"
+        results.append(Result(load, kind, float(rate), float(mb), float(p50), float(p99)))
+        out = kafka_tool(
+            libs, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
+            "--topic", topic, "--messages", str(args.records), "--timeout", "60000",
+            "--consumer.config", str(consumer_config),
+        )  # fmt: skip
+        row = [line for line in out.splitlines() if line and line[0].isdigit()][-1].split(",")
+        results.append(
+            Result(
+                "Kafka ConsumerPerformance over TLS (fetch)", kind, float(row[5]), float(row[3]), None, None
+            )
+        )
+        print(f"  broker TLS / {kind}: producer {float(rate):,.0f} rec/s", file=sys.stderr)
+
+    listener = SecureListener("SSL", keystore_pem=str(broker_leaf.bundle), truststore_pem=str(ca.cert))
+    broker = start_broker(KAFKA_TOOLS_VERSION, secure_listeners=(listener,), progress=None)
+    try:
+        ssl_address = broker.listener_bootstrap("SSL")
+        run("direct", ssl_address, broker.bootstrap)
+        for kind in ("proxy", "proxy+record"):
+            port = free_port()
+            cmd = [sys.executable, "-m", "group_replay", "proxy", "--upstream", ssl_address,
+                   "--listen", f"127.0.0.1:{port}", "--log-level", "ERROR",
+                   "--client-tls-cert", str(relay_leaf.cert), "--client-tls-key", str(relay_leaf.key),
+                   "--upstream-tls-ca", str(ca.cert)]  # fmt: skip
+            if kind == "proxy+record":
+                cmd += ["--record", str(workdir / "capture.pcapng")]
+            with process(cmd, port, cwd=ROOT):
+                run(kind, f"127.0.0.1:{port}", broker.bootstrap)
+            captured = take_capture_size(workdir)
+            if captured is not None:
+                results[-2] = Result(**{**results[-2].__dict__, "capture_bytes": captured})
+    finally:
+        broker.stop()
+    if args.haproxy is not None:
+        haproxy_port = free_port()
+        advertised = SecureListener(
+            "SSL",
+            keystore_pem=str(broker_leaf.bundle),
+            truststore_pem=str(ca.cert),
+            advertised_port=haproxy_port,
+        )
+        broker = start_broker(KAFKA_TOOLS_VERSION, secure_listeners=(advertised,), progress=None)
+        try:
+            ssl_port = broker.listener_bootstrap("SSL").rsplit(":", 1)[1]
+            config = workdir / "haproxy-tls.cfg"
+            config.write_text(
+                f"global\n  maxconn 4096\n  nbthread {args.haproxy_threads}\n"
+                "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n"
+                f"frontend f\n  bind 127.0.0.1:{haproxy_port} ssl crt {relay_leaf.bundle}\n"
+                "  default_backend b\n"
+                f"backend b\n  server s1 127.0.0.1:{ssl_port} ssl verify required ca-file {ca.cert}\n"
+            )
+            with process([args.haproxy, "-f", str(config), "-db"], haproxy_port):
+                run("haproxy", f"127.0.0.1:{haproxy_port}", broker.bootstrap)
+        finally:
+            broker.stop()
+    return results
+
+
 def table(results: list[Result]) -> object:
     from rich.table import Table
 
@@ -366,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=500_000, help="records per Kafka perf run")
     parser.add_argument("--skip-broker", action="store_true", help="only the synthetic loads")
     parser.add_argument("--skip-synthetic", action="store_true")
+    parser.add_argument(
+        "--tls", action="store_true", help="also the real-broker loads over TLS (haproxy in TLS mode)"
+    )
     parser.add_argument("--haproxy-threads", type=int, default=1)
     parser.add_argument(
         "--baseline",
@@ -388,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
             results += synthetic(args, relays, workdir)
         if not args.skip_broker:
             results += broker_loads(args, relays, workdir)
+        if args.tls:
+            results += tls_loads(args, workdir)
     loads = list(dict.fromkeys(r.load for r in results))
     order = {name: index for index, name in enumerate(relays)}
     results.sort(key=lambda r: (loads.index(r.load), order[r.relay]))

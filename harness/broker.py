@@ -110,6 +110,7 @@ class SecureListener:
     mechanisms: tuple[str, ...] = ()
     users: tuple[tuple[str, str], ...] = ()
     listener_name: str | None = None  # default: the protocol (two SSL listeners need two names)
+    advertised_port: int | None = None  # advertise another port (a relay in front of the broker)
 
     @property
     def name(self) -> str:
@@ -383,9 +384,10 @@ def plan_broker(
     security_settings: dict[str, str] = {}
     if secure_listeners:
         extra = [(listener, p) for listener, p in zip(secure_listeners, secure_ports, strict=True)]
-        endpoints = "".join(f",{listener.name}://127.0.0.1:{p}" for listener, p in extra)
-        mode_settings["listeners"] += endpoints
-        mode_settings["advertised.listeners"] += endpoints
+        mode_settings["listeners"] += "".join(f",{listener.name}://127.0.0.1:{p}" for listener, p in extra)
+        mode_settings["advertised.listeners"] += "".join(
+            f",{listener.name}://127.0.0.1:{listener.advertised_port or p}" for listener, p in extra
+        )
         mode_settings["listener.security.protocol.map"] += "".join(
             f",{listener.name}:{listener.protocol}" for listener, _ in extra
         )
