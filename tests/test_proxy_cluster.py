@@ -1,7 +1,7 @@
 """The proxy in front of a 3-node KRaft cluster: every broker reachable through it, and a group
 that follows its coordinator when the coordinator's broker is killed (issue 12).
 
-Two real consumers (confluent-kafka, through `harness.clients`) consume through the recording
+Two real consumers (confluent-kafka, through `demo.clients`) consume through the recording
 proxy; the test kills the node that coordinates their group (SIGKILL, no controlled shutdown),
 produces more through the proxy, and waits for the consumers to receive it. The capture must show
 FindCoordinator answering first the killed node, then another one, with group requests going to
@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
-from harness.clients import ClientError, ClientKind, ConsumerSpec, start_consumer
 
+from demo.clients import ClientError, ClientKind, ConsumerSpec, start_consumer
 from proxy.capture.reader import exchanges, read_capture
 from proxy.capture.writer import CaptureWriter
 from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
