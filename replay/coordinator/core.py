@@ -87,6 +87,8 @@ class GroupCoordinator:
             Route(ApiKey.FIND_COORDINATOR, 0, 6, P.find_coordinator, self._find_coordinator, False),
             Route(ApiKey.DESCRIBE_GROUPS, 0, 5, P.describe_groups, classic.describe_groups, False),
             Route(ApiKey.LIST_GROUPS, 0, 5, P.list_groups, classic.list_groups, False, _list_error),
+            Route(ApiKey.DELETE_GROUPS, 0, 2, P.delete_groups, self._delete_groups, False),
+            Route(ApiKey.OFFSET_DELETE, 0, 0, P.offset_delete, offsets.delete_offsets, True),
         ):
             self.register(route)
 
@@ -204,6 +206,28 @@ class GroupCoordinator:
             )
         self.classic._respond(ctx, answer)
 
+    # --- DeleteGroups ------------------------------------------------------------------------
+    def _delete_groups(self, ctx: RequestContext, request: P.DeleteGroups, _: ClassicGroup | None) -> None:
+        """GroupCoordinator.handleDeleteGroups (GroupCoordinatorShard.deleteGroups ->
+        OffsetMetadataManager.deleteAllOffsets + GroupMetadataManager.deleteGroup): an Empty
+        group is deleted with its offsets; a live one answers NON_EMPTY_GROUP, an unknown (or
+        Dead) one GROUP_ID_NOT_FOUND."""
+        classic = self.classic
+        result_cls = R.nested(ApiKey.DELETE_GROUPS, ctx.api_version, "DeletableGroupResult")
+        results = []
+        for group_id in request.groups:
+            group = classic.groups.get(group_id)
+            if group is None or group.is_in(GroupState.DEAD):
+                code = E.group_id_not_found
+            elif group.is_in(GroupState.EMPTY):
+                self.offsets.delete_group(group_id)
+                classic._delete_group(group, "DeleteGroups")
+                code = E.none
+            else:
+                code = E.non_empty_group
+            results.append(result_cls(group_id=group_id, error_code=R.error(code)))
+        classic._respond(ctx, R.make(ApiKey.DELETE_GROUPS, ctx.api_version, results=tuple(results)))
+
     # --- group metadata cleanup ---------------------------------------------------------------
     def _cleanup_group_metadata(self, now_ms: int) -> None:
         """GroupMetadataManager.cleanupGroupMetadata (Scala) / GroupCoordinatorShard.
@@ -216,11 +240,7 @@ class GroupCoordinator:
         for group_id, group in list(classic.groups.items()):
             offsets.remove_expired_offsets(group, now_ms, retention_ms)
             if group.is_in(GroupState.EMPTY) and not offsets.has_offsets(group_id):
-                classic._transition(
-                    group, GroupState.DEAD, "empty group without offsets: metadata cleaned up"
-                )
-                del classic.groups[group_id]
-                classic._initial_join_pending.discard(group_id)
+                classic._delete_group(group, "empty group without offsets: metadata cleaned up")
             elif group.is_in(GroupState.EMPTY) or group.protocol_type is None:
                 keep_checking = True
         if keep_checking:

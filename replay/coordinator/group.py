@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from proxy.wire.codec import CodecError
+from proxy.wire.consumer_protocol import decode_subscription_topics
 from replay.coordinator.types import (
     VALID_PREVIOUS_STATES,
     GroupState,
@@ -97,6 +99,10 @@ class ClassicGroup:
     _selected: tuple[int, str] | None = None
     # currentStateTimestamp: when the group entered its state (offset expiry counts from it).
     state_timestamp_ms: int = 0
+    # The protocol metadata of the members when the current generation started, from which
+    # Kafka's initNextGeneration computes `subscribedTopics` (decoded here only when asked).
+    generation_metadata: tuple[bytes, ...] | None = None
+    _subscribed: tuple[tuple[bytes, ...], frozenset[str] | None] | None = None
 
     # --- state -------------------------------------------------------------------------------
     def is_in(self, state: GroupState) -> bool:
@@ -269,6 +275,34 @@ class ClassicGroup:
         selected = next(name for name, count in votes.items() if count == best)
         self._selected = (self.protocol_epoch, selected)
         return selected
+
+    def subscribed_topics(self) -> frozenset[str] | None:
+        """GroupMetadata.computeSubscribedTopics as of the current generation: the union of the
+        members' consumer protocol subscriptions (parsed as their v0 prefix), empty for an empty
+        consumer group, None when unknown (not a consumer group, no generation, or a subscription
+        that does not parse)."""
+        if self.protocol_type != "consumer":
+            return None
+        if self.state is GroupState.EMPTY and not self.members:
+            return frozenset()
+        metadata = self.generation_metadata
+        if metadata is None:
+            return None
+        cached = self._subscribed
+        if cached is not None and cached[0] is metadata:
+            return cached[1]
+        topics: frozenset[str] | None
+        try:
+            topics = frozenset(t for blob in metadata for t in decode_subscription_topics(blob))
+        except CodecError:
+            topics = None
+        self._subscribed = (metadata, topics)
+        return topics
+
+    def is_subscribed_to_topic(self, topic: str) -> bool:
+        """GroupMetadata.isSubscribedToTopic: unknown subscriptions count as subscribed."""
+        topics = self.subscribed_topics()
+        return topics is None or topic in topics
 
     def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
         """GroupMetadata.currentMemberMetadata: what the leader's JoinGroup response lists."""

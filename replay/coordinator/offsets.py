@@ -169,6 +169,56 @@ class OffsetMetadataManager:
             out.append(topic_cls(name=topic, partitions=tuple(entries)))
         return tuple(out)
 
+    # --- OffsetDelete ------------------------------------------------------------------------
+    def delete_offsets(
+        self, ctx: RequestContext, request: P.OffsetDelete, group: ClassicGroup | None
+    ) -> None:
+        """GroupCoordinator.handleDeleteOffsets (OffsetMetadataManager.deleteOffsets +
+        ClassicGroup.validateOffsetDelete): an Empty group loses the offsets asked; a live
+        consumer group those of topics no member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for
+        the others); any other live group answers NON_EMPTY_GROUP. Scala's coordinator then runs
+        cleanupGroupMetadata on the group, which removes an Empty group left without offsets."""
+        manager = self.groups
+        api_version = ctx.api_version
+        group_error = E.none
+        partition_errors: list[tuple[str, int, E]] = []
+        if not request.group_id:
+            group_error = E.invalid_group_id
+        elif group is None or group.is_in(GroupState.DEAD):
+            group_error = E.group_id_not_found
+        elif group.is_in(GroupState.EMPTY) or group.protocol_type == "consumer":
+            stored = self.offsets.get(group.group_id, {})
+            empty = group.is_in(GroupState.EMPTY)
+            for topic, partitions in request.topics:
+                subscribed = not empty and group.is_subscribed_to_topic(topic)
+                for partition in partitions:
+                    if subscribed:
+                        partition_errors.append((topic, partition, E.group_subscribed_to_topic))
+                    else:
+                        stored.pop((topic, partition), None)
+                        partition_errors.append((topic, partition, E.none))
+            if not stored:
+                self.offsets.pop(group.group_id, None)
+            if (
+                manager.config.kafka_behaviour is KafkaBehaviour.SCALA_3_9
+                and group.is_in(GroupState.EMPTY)
+                and not self.has_offsets(group.group_id)
+            ):
+                manager._delete_group(group, "OffsetDelete removed its last offsets")
+        else:
+            group_error = E.non_empty_group
+        topic_cls = R.nested(ApiKey.OFFSET_DELETE, api_version, "OffsetDeleteResponseTopic")
+        partition_cls = R.nested(ApiKey.OFFSET_DELETE, api_version, "OffsetDeleteResponsePartition")
+        by_topic: dict[str, list[Any]] = {}
+        for topic, partition, code in partition_errors:
+            by_topic.setdefault(topic, []).append(
+                partition_cls(partition_index=partition, error_code=R.error(code))
+            )
+        topics = tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+        manager._respond(
+            ctx, R.make(ApiKey.OFFSET_DELETE, api_version, error_code=R.error(group_error), topics=topics)
+        )
+
     # --- expiry ------------------------------------------------------------------------------
     def remove_expired_offsets(self, group: ClassicGroup, now_ms: int, retention_ms: int) -> int:
         """GroupMetadata.removeExpiredOffsets / ClassicGroup.offsetExpirationCondition: an Empty

@@ -191,6 +191,26 @@ def describe_groups(request: Any, api_version: int) -> DescribeGroups:
     return DescribeGroups(tuple(request.groups))
 
 
+class DeleteGroups(NamedTuple):
+    groups: tuple[str, ...]
+
+
+def delete_groups(request: Any, api_version: int) -> DeleteGroups:
+    return DeleteGroups(tuple(request.groups_names))
+
+
+class OffsetDelete(NamedTuple):
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def offset_delete(request: Any, api_version: int) -> OffsetDelete:
+    return OffsetDelete(
+        request.group_id,
+        tuple((t.name, tuple(int(p.partition_index) for p in t.partitions)) for t in request.topics),
+    )
+
+
 class ListGroups(NamedTuple):
     states: frozenset[str]  # lower case; empty: every state
     types: frozenset[str]

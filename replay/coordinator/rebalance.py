@@ -131,9 +131,12 @@ class Rebalancing(CoordinatorRuntime):
         group.generation_id += 1
         if group.members:
             group.protocol_name = group.select_protocol()
+            protocol_name = group.protocol_name
+            group.generation_metadata = tuple([m.metadata(protocol_name) for m in group.members.values()])
             self._transition(group, GroupState.COMPLETING_REBALANCE, "join phase complete")
         else:
             group.protocol_name = None
+            group.generation_metadata = None
             self._transition(group, GroupState.EMPTY, "join phase complete with no members")
         group.pending_sync_members.clear()
         if group.is_in(GroupState.EMPTY):

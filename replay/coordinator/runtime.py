@@ -172,6 +172,13 @@ class CoordinatorRuntime:
             return
         self.timers.schedule(CLEANUP_KEY, (self._now_ms // interval + 1) * interval, self._run_cleanup)
 
+    def _delete_group(self, group: ClassicGroup, reason: str) -> None:
+        """The group becomes Dead and is forgotten (GroupMetadataManager's group removal); the
+        caller has dropped its offsets."""
+        self._transition(group, GroupState.DEAD, reason)
+        del self.groups[group.group_id]
+        self._initial_join_pending.discard(group.group_id)
+
     def _run_cleanup(self, now_ms: int) -> None:
         if self.cleanup_action is not None:
             self.cleanup_action(now_ms)
