@@ -221,6 +221,12 @@ def replay_main(argv: list[str]) -> int:
     parser.add_argument(
         "--progress", choices=("on", "off"), default="on", help="show each run's progress (default on)"
     )
+    parser.add_argument(
+        "--junit-xml", type=Path, metavar="FILE", help="JUnit XML: one test case per session x run (for CI)"
+    )
+    parser.add_argument(
+        "--summary-json", type=Path, metavar="FILE", help="the runs, their verdicts and the exit code as JSON"
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -296,9 +302,16 @@ def replay_main(argv: list[str]) -> int:
     for session, r in failed:
         for failure in r.failures:
             err.print(f"[red]{session} {r.run}: expectation failed: {escape(failure)}[/]")
-    if not_run:
-        return 2  # the scenario cannot apply to this target: a usage error, kept as not_run rows
-    return 1 if failed else 0
+    # not run: the scenario cannot apply to this target, a usage error (kept as not_run rows)
+    code = 2 if not_run else 1 if failed else 0
+    if args.junit_xml is not None or args.summary_json is not None:
+        from replay.ci_report import write_replay_outputs
+
+        write_replay_outputs(
+            args.junit_xml, args.summary_json, results, scenario.name, code,
+            against=args.against, events_file=str(target_file), events=len(events),
+        )  # fmt: skip
+    return code
 
 
 def _run_one(

@@ -63,6 +63,12 @@ def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser
         metavar="N",
         help="unusable input rows tolerated before exiting 2 (default 0; they are always counted)",
     )
+    parser.add_argument(
+        "--junit-xml", type=Path, metavar="FILE", help="JUnit XML: one test case per comparison (for CI)"
+    )
+    parser.add_argument(
+        "--summary-json", type=Path, metavar="FILE", help="counts, every comparison and the exit code as JSON"
+    )
     return parser
 
 
@@ -93,6 +99,7 @@ def run(argv: list[str], *, master_from_submit: bool = False) -> int:
         expected_run=args.expected,
         out_dir=args.out,
         max_bad_rows=args.max_bad_rows,
+        collect_all=args.junit_xml is not None or args.summary_json is not None,
     )
     try:
         discover_inputs(args.events)  # usage errors before paying for a JVM
@@ -113,14 +120,23 @@ def run(argv: list[str], *, master_from_submit: bool = False) -> int:
                 args.report.parent.mkdir(parents=True, exist_ok=True)
                 args.report.write_text(render_html(data), encoding="utf-8")
     print_summary(out, data)
+    code = EXIT_DIFFERENCES if data.failing else EXIT_OK
     if data.rows_bad > args.max_bad_rows:
         print(
             f"group-replay validate: {data.rows_bad} bad input rows (more than --max-bad-rows "
             f"{args.max_bad_rows}); see the bad_rows table and the report",
             file=sys.stderr,
         )
-        return EXIT_INPUT
-    return EXIT_DIFFERENCES if data.failing else EXIT_OK
+        code = EXIT_INPUT
+    if data.all_comparisons is not None:
+        from validator.ci_outputs import write_validate_outputs
+
+        write_validate_outputs(
+            args.junit_xml, args.summary_json, data.all_comparisons, code,
+            expected_run=data.expected_run, inputs=data.inputs, rows_total=data.rows_total,
+            rows_bad=data.rows_bad, status_counts=data.status_counts, diffs=data.diffs_total,
+        )  # fmt: skip
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

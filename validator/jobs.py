@@ -59,6 +59,7 @@ class ValidateOptions:
     expected_run: str = "reference"
     out_dir: Path | None = None
     max_bad_rows: int = 0
+    collect_all: bool = False  # every comparison with its differences (--junit-xml, --summary-json)
 
 
 @dataclass(slots=True)
@@ -82,6 +83,7 @@ class ReportData:
     timelines: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
     run_summaries: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
     tables_written: list[str] = field(default_factory=list)
+    all_comparisons: list[dict[str, Any]] | None = None  # when ValidateOptions.collect_all
 
     @property
     def comparisons(self) -> int:
@@ -268,6 +270,10 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
         if options.out_dir is not None:
             data.tables_written = write_tables(tables, options.out_dir, include_bad=data.rows_bad > 0)
         report.result()
+        if options.collect_all:
+            from validator.ci_outputs import collect_comparisons
+
+            data.all_comparisons = collect_comparisons(verdicts, diffs)
     for frame in (runs_all, pairs, diffs, verdicts, matrix):
         frame.unpersist()
     return data
