@@ -104,6 +104,7 @@ class ReferenceServer:
         self.config = config
         self.coordinator = GroupCoordinator(config)
         self.topics = dict(topics)
+        self.coordinator.consumer.use_topics(self.topics)  # consumer groups see the topics made here
         self.auto_create_partitions = auto_create_partitions
         self.events_out = events_out
         self.connections: dict[int, _Connection] = {}
@@ -204,6 +205,14 @@ class ReferenceServer:
             names = sorted(self.topics)
         else:
             names = [t.name for t in requested if t.name is not None]
+            # KIP-848 clients resolve their assignment's topic ids (Metadata v12 by topic id).
+            by_id = {t.topic_id for t in requested if t.name is None and t.topic_id is not None}
+            if by_id:
+                names += [
+                    n
+                    for n in sorted(self.topics)
+                    if uuid.uuid5(uuid.NAMESPACE_URL, f"group-replay:{n}") in by_id
+                ]
             for name in names:
                 if name not in self.topics and self.auto_create_partitions > 0:
                     self.topics[name] = self.auto_create_partitions

@@ -9,6 +9,7 @@ group id names, or None when there is none (or the API names several).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from proxy.wire.apis import ApiKey
@@ -235,6 +236,10 @@ class ClassicGroupManager(JoinGroupHandling):
                         },
                     )
                 )
+        if self.consumer_groups is not None and (not types or "consumer" in types):
+            for row in self.consumer_groups.listed_groups():  # ModernGroup.asListedGroup
+                if not states or row.group_state.lower() in states:
+                    listed.append(R.build(listed_cls, dataclasses.asdict(row)))
         self._respond(
             ctx, R.make(ApiKey.LIST_GROUPS, api_version, error_code=R.error(E.none), groups=tuple(listed))
         )

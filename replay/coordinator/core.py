@@ -25,6 +25,7 @@ from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import parse as P
 from replay.coordinator import responses as R
 from replay.coordinator.classic import ClassicGroupManager
+from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.offsets import OffsetMetadataManager
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key, join_key, sync_key
@@ -91,6 +92,28 @@ class GroupCoordinator:
             Route(ApiKey.OFFSET_DELETE, 0, 0, P.offset_delete, offsets.delete_offsets, True),
         ):
             self.register(route)
+        # KIP-848 consumer groups (replay.coordinator.consumer), sharing the runtime's timers.
+        self.consumer = consumer = ConsumerGroupService()
+        consumer.attach(
+            classic.groups,
+            classic.timers,
+            lambda: classic._now_ms,
+            classic._respond,
+            self._drop_classic_group,
+        )
+        classic.consumer_groups = offsets.consumer_groups = consumer
+        self.register(
+            Route(
+                ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                0,
+                1,
+                _as_is,
+                consumer.handle_heartbeat,
+                False,
+                consumer.heartbeat_error,
+            )
+        )
+        self.register(Route(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, _as_is, consumer.handle_describe, False))
 
     # --- public API --------------------------------------------------------------------------
     def register(self, route: Route) -> None:
@@ -228,6 +251,16 @@ class GroupCoordinator:
             results.append(result_cls(group_id=group_id, error_code=R.error(code)))
         classic._respond(ctx, R.make(ApiKey.DELETE_GROUPS, ctx.api_version, results=tuple(results)))
 
+    def _drop_classic_group(self, group_id: str) -> None:
+        """maybeDeleteEmptyClassicGroup: an empty classic group gives its id to a consumer group
+        (its committed offsets stay)."""
+        group = self.classic.groups.get(group_id)
+        if group is not None and group.is_in(GroupState.EMPTY):
+            self.classic._delete_group(group, "replaced by a consumer group (KIP-848)")
+        else:
+            self.classic.groups.pop(group_id, None)
+            self.classic._initial_join_pending.discard(group_id)
+
     # --- group metadata cleanup ---------------------------------------------------------------
     def _cleanup_group_metadata(self, now_ms: int) -> None:
         """GroupMetadataManager.cleanupGroupMetadata (Scala) / GroupCoordinatorShard.
@@ -245,6 +278,10 @@ class GroupCoordinator:
                 keep_checking = True
         if keep_checking:
             classic._schedule_cleanup()
+
+
+def _as_is(request: Any, api_version: int) -> Any:
+    return request  # the consumer group service reads the kio entity itself
 
 
 # KafkaApis answers a request whose handling threw with `getErrorResponse(error)`: these are the

@@ -39,6 +39,10 @@ class JoinGroupHandling(Rebalancing):
             self._join_error(ctx, member_id, E.invalid_session_timeout)
             return
         is_unknown_member = member_id == UNKNOWN_MEMBER
+        refused = self.consumer_groups.classic_join_error(group_id) if self.consumer_groups else None
+        if refused is not None:  # a consumer group's id (KIP-848 migration not modelled yet)
+            self._join_error(ctx, member_id, refused)
+            return
         if group is None:
             if not is_unknown_member:
                 self._join_error(ctx, member_id, E.unknown_member_id)

@@ -16,6 +16,7 @@ from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import parse as P
 from replay.coordinator import responses as R
 from replay.coordinator.classic import ClassicGroupManager
+from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.runtime import UNKNOWN_MEMBER
 from replay.coordinator.types import GroupState, KafkaBehaviour, RequestContext
@@ -35,6 +36,7 @@ class OffsetMetadataManager:
     def __init__(self, groups: ClassicGroupManager) -> None:
         self.groups = groups
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self.consumer_groups: ConsumerGroupService | None = None  # KIP-848 groups (set by the coordinator)
 
     def of(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         """The committed offsets of a group (empty when it has none)."""
@@ -50,7 +52,13 @@ class OffsetMetadataManager:
         api_version = ctx.api_version
         group_id, generation_id, member_id, group_instance_id, by_id, topics = request
         code = E.none
-        if group is None:
+        consumer_group = self.consumer_groups is not None and self.consumer_groups.is_consumer_group(group_id)
+        if consumer_group:  # ConsumerGroup.validateOffsetCommit: the member epoch, not a generation
+            assert self.consumer_groups is not None
+            code = self.consumer_groups.validate_offset_commit(
+                group_id, member_id, group_instance_id, generation_id, api_version
+            )
+        elif group is None:
             if generation_id < 0:
                 group = manager._create_group(group_id)
             elif api_version >= 9 and manager.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR:
@@ -73,7 +81,8 @@ class OffsetMetadataManager:
                 manager._fenced(group, member_id, group_instance_id, "offset-commit")
         topic_cls = R.nested(ApiKey.OFFSET_COMMIT, api_version, "OffsetCommitResponseTopic")
         partition_cls = R.nested(ApiKey.OFFSET_COMMIT, api_version, "OffsetCommitResponsePartition")
-        stored = self.offsets.setdefault(group_id, {}) if code == E.none and group is not None else None
+        keep = code == E.none and (group is not None or consumer_group)
+        stored = self.offsets.setdefault(group_id, {}) if keep else None
         now_ms = manager._now_ms
         answered = []
         err = R.error(code)

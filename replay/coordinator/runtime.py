@@ -16,6 +16,7 @@ from typing import Any
 
 from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import responses as R
+from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.timers import KeyedTimers
 from replay.coordinator.types import (
@@ -66,6 +67,8 @@ class CoordinatorRuntime:
         self.fault_count = 0
         # The periodic group metadata cleanup (set by the coordinator, which owns the offsets).
         self.cleanup_action: Callable[[int], None] | None = None
+        # KIP-848 consumer groups (set by the coordinator): JoinGroup and ListGroups ask it.
+        self.consumer_groups: ConsumerGroupService | None = None
 
     def take_outputs(self) -> list[Output]:
         out, self._out = self._out, []

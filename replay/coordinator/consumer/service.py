@@ -22,7 +22,7 @@ Kafka 4.3.1 (org.apache.kafka:kafka-group-coordinator:4.3.1) is the spec:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +38,19 @@ from replay.coordinator.consumer.wire import (
     heartbeat_from_kio,
     heartbeat_response_to_kio,
 )
+from replay.coordinator.timers import KeyedTimers
+from replay.coordinator.types import RequestContext
 
 # ClassicGroupState of a group id that is a classic group: None = no classic group by that id.
 ClassicLookup = Callable[[str], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Runtime:
+    classic_groups: Mapping[str, Any]
+    now_ms: Callable[[], int]
+    respond: Callable[[RequestContext, Any], None]
+    drop_empty_classic_group: Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +62,10 @@ class ListedGroup:
 
 
 class ConsumerGroupService:
-    """Consumer groups behind the coordinator's dispatch (ApiKey 68 and 69)."""
+    """Consumer groups behind the coordinator's dispatch (ApiKey 68 and 69).
+
+    Attached to a runtime (`attach`), the consumer groups' session and rebalance timers live in
+    the runtime's KeyedTimers, so `advance`/`next_deadline` of the coordinator cover them."""
 
     def __init__(
         self,
@@ -62,6 +75,59 @@ class ConsumerGroupService:
         self.coordinator = ConsumerGroupCoordinator(config or ConsumerGroupConfig())
         if topic_partitions is not None:
             self.coordinator.topic_partitions = topic_partitions  # shared with the server
+        self.runtime: _Runtime | None = None
+
+    def attach(
+        self,
+        classic_groups: Mapping[str, Any],
+        timers: KeyedTimers,
+        now_ms: Callable[[], int],
+        respond: Callable[[RequestContext, Any], None],
+        drop_empty_classic_group: Callable[[str], None],
+    ) -> None:
+        """Plug into the classic coordinator's runtime: its groups (a consumer group id must not
+        be a classic one), its timers, its clock and its output."""
+        self.runtime = _Runtime(classic_groups, now_ms, respond, drop_empty_classic_group)
+        self.coordinator.timers = timers
+
+    def use_topics(self, topic_partitions: dict[str, int]) -> None:
+        """The server's own topic map (it creates topics on Metadata requests)."""
+        self.coordinator.topic_partitions = topic_partitions
+
+    # -- route handlers (replay.coordinator.core.Route: handle(ctx, request, group)) --------------
+
+    def handle_heartbeat(self, ctx: RequestContext, request: Any, _: Any) -> None:
+        runtime = self._runtime()
+        classic = runtime.classic_groups
+
+        def classic_state(group_id: str) -> str | None:
+            group = classic.get(group_id)
+            return None if group is None else str(group.state.value)
+
+        answer = self.heartbeat(
+            runtime.now_ms(),
+            request,
+            ctx.api_version,
+            ctx.client_id,
+            ctx.client_host,
+            classic_state,
+            runtime.drop_empty_classic_group,
+        )
+        runtime.respond(ctx, answer)
+
+    def handle_describe(self, ctx: RequestContext, request: Any, _: Any) -> None:
+        runtime = self._runtime()
+        runtime.respond(ctx, self.describe(request, ctx.api_version))
+
+    @staticmethod
+    def heartbeat_error(api_version: int, error: ErrorCode) -> Any:
+        """ConsumerGroupHeartbeatRequest.getErrorResponse."""
+        return heartbeat_response_to_kio(HeartbeatResponse(error_code=int(error)), api_version)
+
+    def _runtime(self) -> _Runtime:
+        if self.runtime is None:
+            raise RuntimeError("ConsumerGroupService.attach(runtime) was not called")
+        return self.runtime
 
     # -- time ---------------------------------------------------------------------------------
 
@@ -123,37 +189,37 @@ class ConsumerGroupService:
 
     # -- what the classic handlers ask ------------------------------------------------------------
 
-    def classic_join_error(self, group_id: str) -> int | None:
+    def classic_join_error(self, group_id: str) -> ErrorCode | None:
         """JoinGroup on a consumer group id: INCONSISTENT_GROUP_PROTOCOL (policy `disabled`)."""
         if group_id in self.coordinator.groups:
-            return int(ErrorCode.inconsistent_group_protocol)
+            return ErrorCode.inconsistent_group_protocol
         return None
 
     def validate_offset_commit(
         self, group_id: str, member_id: str, instance_id: str | None, member_epoch: int, api_version: int
-    ) -> int:
+    ) -> ErrorCode:
         """ConsumerGroup.validateOffsetCommit as an error code (0: accepted)."""
         group = self.coordinator.groups[group_id]
         if member_epoch < 0 and not group.members:
-            return 0
+            return ErrorCode.none
         member = group.members.get(member_id)
         if member is None:
-            return int(ErrorCode.unknown_member_id)
+            return ErrorCode.unknown_member_id
         if api_version < 9:
-            return int(ErrorCode.unsupported_version)
+            return ErrorCode.unsupported_version
         if member_epoch != member.member_epoch:
-            return int(ErrorCode.stale_member_epoch)
-        return 0
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
 
-    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """ConsumerGroup.validateOffsetFetch as an error code (0: accepted)."""
         if member_id is None and member_epoch < 0:
-            return 0
+            return ErrorCode.none
         group = self.coordinator.groups[group_id]
         member = group.members.get(member_id or "")
         if member is None:
-            return int(ErrorCode.unknown_member_id)
-        return 0 if member_epoch == member.member_epoch else int(ErrorCode.stale_member_epoch)
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none if member_epoch == member.member_epoch else ErrorCode.stale_member_epoch
 
     def listed_groups(self) -> list[ListedGroup]:
         return [
