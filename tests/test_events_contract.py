@@ -5,6 +5,7 @@ Spark reader (validator.jobs.read_events) over both files, optional columns incl
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_jsonl_reader_refuses_what_the_contract_refuses(tmp_path: Path) -> None:
     good = EVENTS[0].to_json_dict()
     for column, value in [("seq", "1"), ("is_leader", 1), ("generation_id", 2**31), ("member_id", None)]:
         path = tmp_path / f"{column}.jsonl"
-        path.write_text(__import__("json").dumps({**good, column: value}) + "\n", encoding="utf-8")
+        path.write_text(json.dumps({**good, column: value}) + "\n", encoding="utf-8")
         with pytest.raises(ValueError, match=rf"{column}.jsonl:1: event row: column {column}: "):
             list(read_jsonl(path))
 
@@ -109,3 +110,28 @@ def test_the_spark_reader_reads_both_files_as_written(tmp_path: Path) -> None:
         assert back == EVENTS, where
         assert rows[3]["detail"] == "JoinGroup v9 needs Kafka 2.3+"
         assert rows[1]["client_software"] == "librdkafka/2.6.1"
+
+
+REFUSED = [("seq", "1"), ("is_leader", 1), ("generation_id", 2**31), ("member_id", None), ("ts_ms", 1.5)]
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(java_problem() is not None, reason=f"Spark needs Java: {java_problem()}")
+def test_both_readers_refuse_a_value_the_contract_refuses(tmp_path: Path) -> None:
+    """Wrong types, an int past 32 bits, a null in a required column: the JSONL reader raises, the
+    Spark reader flags the row bad. (Spark's JSON reader turns any value into a string column's
+    text, so a number in `detail` is refused only by the JSONL reader.)"""
+    from tests.support.spark import shared_test_session
+    from validator.jobs import discover_inputs, read_events
+    from validator.transforms import flag_bad_rows
+
+    good = EVENTS[0].to_json_dict()
+    for index, (column, value) in enumerate(REFUSED):
+        path = tmp_path / f"{index}.jsonl"
+        path.write_text(json.dumps({**good, column: value}) + "\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=f"column {column}"):
+            list(read_jsonl(path))
+    rows = flag_bad_rows(read_events(shared_test_session(), discover_inputs([tmp_path]))).collect()
+    by_file = {Path(r["source_file"]).stem: r["bad_reason"] for r in rows}
+    assert sorted(by_file) == [str(i) for i in range(len(REFUSED))]
+    assert all(by_file.values()), by_file
