@@ -37,6 +37,7 @@ from replay.coordinator import (  # noqa: E402
     CoordinatorConfig,
     GroupCoordinator,
     GroupEvent,
+    GroupEventKind,
     RequestContext,
     Respond,
 )
@@ -115,7 +116,7 @@ def run(members: int, static: bool, heartbeat_ms: int, bounce_gap_ms: int, sessi
             if type(out) is Respond:
                 index, sent = pending.pop(out.context.correlation_id)
                 apply(index, crew[index].on_response(now, sent, out.response))
-            elif type(out) is GroupEvent and out.event.value == "rebalance_started":
+            elif type(out) is GroupEvent and out.event is GroupEventKind.REBALANCE_STARTED:
                 result.rebalances += 1
 
     def send(index: int, command: Send) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from replay.events import EventName
+
 INT32_MAX: Final = 2**31 - 1
 
 # Kafka's `GroupCoordinatorConfig` defaults (group.min.session.timeout.ms, ...).
@@ -99,14 +101,15 @@ class IllegalStateTransition(AssertionError):
 
 
 class GroupEventKind(StrEnum):
-    """Server-side events; the first six share their names with design section 4."""
+    """Server-side events; the first six are design section 4's event names (replay.events'
+    EventName, the one source), the last is the coordinator's own."""
 
-    MEMBER_JOINED = "member_joined"
-    REBALANCE_STARTED = "rebalance_started"
-    GENERATION_COMPLETED = "generation_completed"
-    MEMBER_LEFT = "member_left"
-    MEMBER_EXPIRED = "member_expired"
-    MEMBER_FENCED = "member_fenced"
+    MEMBER_JOINED = EventName.MEMBER_JOINED.value
+    REBALANCE_STARTED = EventName.REBALANCE_STARTED.value
+    GENERATION_COMPLETED = EventName.GENERATION_COMPLETED.value
+    MEMBER_LEFT = EventName.MEMBER_LEFT.value
+    MEMBER_EXPIRED = EventName.MEMBER_EXPIRED.value
+    MEMBER_FENCED = EventName.MEMBER_FENCED.value
     STATE_CHANGED = "state_changed"
 
 
