@@ -2,7 +2,8 @@
 consumers with `group.protocol=consumer` form a group, split the topic, and the survivor takes
 everything when one leaves; a classic client asking for the same group id is refused
 (INCONSISTENT_GROUP_PROTOCOL: the online migration is not modelled yet); ListGroups and
-ConsumerGroupDescribe (through confluent-kafka's AdminClient) show the consumer group.
+ConsumerGroupDescribe (through confluent-kafka's AdminClient) show the consumer group, and
+DeleteGroups refuses it while it has members and deletes it once empty.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+
+from proxy.wire.errors import ErrorCode
 
 TOPIC_PARTITIONS = 4
 
@@ -86,6 +90,9 @@ def test_consumer_protocol_clients_form_split_and_take_over(serve: str) -> None:
         assert group in {g.group_id for g in listed.valid}
         described = admin.describe_consumer_groups([group])[group].result(timeout=30)
         assert described.state == ConsumerGroupState.STABLE and len(described.members) == 2
+        with pytest.raises(KafkaException) as refused_delete:  # ConsumerGroup.validateDeleteGroup
+            admin.delete_consumer_groups([group])[group].result(timeout=30)
+        assert refused_delete.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
 
         classic = _consumer(serve, group, "classic", protocol="classic")
         try:
@@ -105,3 +112,54 @@ def test_consumer_protocol_clients_form_split_and_take_over(serve: str) -> None:
         b.close()  # leaves with member epoch -1
     assert _held([a], 60, want=list(range(TOPIC_PARTITIONS))) == [list(range(TOPIC_PARTITIONS))]
     a.close()
+    admin = AdminClient({"bootstrap.servers": serve})
+    admin.delete_consumer_groups([group])[group].result(timeout=30)  # Empty now: deleted
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(timeout=30).valid}
+
+
+def test_hostile_heartbeats_get_kafka_errors_and_serve_keeps_serving(serve: str) -> None:
+    """Issue 13 bad input, through the server: each answer is Kafka's error code, and a normal
+    member of another group still joins and gets the topic afterwards."""
+    from replay.coordinator.consumer import HeartbeatRequest
+    from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
+    from tests.test_consumer_group_differential import KafkaConnection
+
+    def join(group: str, member: str, **fields: object) -> HeartbeatRequest:
+        values: dict[str, object] = {
+            "rebalance_timeout_ms": 30_000, "subscribed_topic_names": ("orders",), "owned": {}
+        } | fields  # fmt: skip
+        return HeartbeatRequest(group, member, int(values.pop("member_epoch", 0)), **values)  # type: ignore[arg-type]
+
+    hostile = f"hostile-{time.time_ns()}"
+    cases = [
+        (join(hostile, "m1", member_epoch=-7), ErrorCode.invalid_request),
+        (join("", "m1"), ErrorCode.invalid_request),
+        (join(hostile, "m1", owned={uuid.uuid4(): frozenset({1})}), ErrorCode.invalid_request),
+        (join(hostile, "m1", server_assignor="cooperative-sticky"), ErrorCode.unsupported_assignor),
+        (
+            join(hostile, "m1", subscribed_topic_names=None, subscribed_topic_regex="("),
+            ErrorCode.invalid_regular_expression,
+        ),
+        (join(hostile, "m1", subscribed_topic_names=tuple(f"nope-{i}" for i in range(5000))), ErrorCode.none),
+        (join(hostile, "m2", instance_id="pod-x"), ErrorCode.none),
+        (join(hostile, "m3", instance_id="pod-x"), ErrorCode.unreleased_instance_id),
+        (join(hostile, "m2", member_epoch=99, instance_id="pod-x"), ErrorCode.fenced_member_epoch),
+        (join(hostile, "m9", member_epoch=3), ErrorCode.unknown_member_id),
+    ]
+    connection = KafkaConnection(serve)
+    try:
+        for request, expected in cases:
+            answer = heartbeat_response_from_kio(connection.call(heartbeat_to_kio(request)))
+            assert answer.error_code == expected, (request, answer)
+        calm = heartbeat_response_from_kio(
+            connection.call(heartbeat_to_kio(join(f"calm-{time.time_ns()}", "c1")))
+        )
+        assert calm.error_code == 0 and calm.member_epoch == 2
+        assert calm.assignment is not None and sorted(p for ps in calm.assignment.values() for p in ps) == [
+            0,
+            1,
+            2,
+            3,
+        ]
+    finally:
+        connection.close()

@@ -240,7 +240,12 @@ class GroupCoordinator:
         results = []
         for group_id in request.groups:
             group = classic.groups.get(group_id)
-            if group is None or group.is_in(GroupState.DEAD):
+            consumer_code = self.consumer.delete_group(group_id)  # a KIP-848 group of that id
+            if consumer_code is not None:
+                code = consumer_code
+                if code == E.none:
+                    self.offsets.delete_group(group_id)
+            elif group is None or group.is_in(GroupState.DEAD):
                 code = E.group_id_not_found
             elif group.is_in(GroupState.EMPTY):
                 self.offsets.delete_group(group_id)

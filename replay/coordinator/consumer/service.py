@@ -221,6 +221,17 @@ class ConsumerGroupService:
             return ErrorCode.unknown_member_id
         return ErrorCode.none if member_epoch == member.member_epoch else ErrorCode.stale_member_epoch
 
+    def delete_group(self, group_id: str) -> ErrorCode | None:
+        """DeleteGroups of a consumer group (ConsumerGroup.validateDeleteGroup: only an Empty one;
+        the caller deletes its offsets); None when `group_id` is not a consumer group."""
+        group = self.coordinator.groups.get(group_id)
+        if group is None:
+            return None
+        if group.members:
+            return ErrorCode.non_empty_group
+        del self.coordinator.groups[group_id]
+        return ErrorCode.none
+
     def listed_groups(self) -> list[ListedGroup]:
         return [
             ListedGroup(group_id, "consumer", group.state.value, "consumer")
