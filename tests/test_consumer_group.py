@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer import (
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
@@ -25,8 +26,10 @@ from replay.coordinator.consumer import (
 )
 from replay.coordinator.consumer.assignors import java_hash_order, java_string_hash, java_uuid_hash
 
-FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND, UNRELEASED_INSTANCE_ID = 110, 25, 69, 111
-INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, FENCED_INSTANCE_ID = 42, 112, 82
+FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID = ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id
+GROUP_ID_NOT_FOUND, UNRELEASED_INSTANCE_ID = ErrorCode.group_id_not_found, ErrorCode.unreleased_instance_id
+INVALID_REQUEST, UNSUPPORTED_ASSIGNOR = ErrorCode.invalid_request, ErrorCode.unsupported_assignor
+FENCED_INSTANCE_ID = ErrorCode.fenced_instance_id
 
 
 @dataclass
@@ -385,18 +388,26 @@ def test_service_answers_kio_requests_and_respects_classic_groups() -> None:
     topics["t"] = 3  # serve created a partition: seen at the next heartbeat (epoch bump)
     assert int(beat("g", epoch=2).member_epoch) == 3
     assert service.validate_offset_commit("g", "m1", None, 3, 9) == 0
-    assert service.validate_offset_commit("g", "m1", None, 2, 9) == 113  # STALE_MEMBER_EPOCH
-    assert service.validate_offset_commit("g", "m1", None, 3, 8) == 35  # v9+ for the consumer protocol
+    assert service.validate_offset_commit("g", "m1", None, 2, 9) == ErrorCode.stale_member_epoch
+    # v9+ for the consumer protocol
+    assert service.validate_offset_commit("g", "m1", None, 3, 8) == ErrorCode.unsupported_version
     assert service.validate_offset_commit("g", "nobody", None, 3, 9) == UNKNOWN_MEMBER_ID
     assert service.validate_offset_fetch("g", None, -1) == 0
-    assert service.classic_join_error("g") == 23 and service.classic_join_error("other") is None
+    assert service.classic_join_error("g") == ErrorCode.inconsistent_group_protocol
+    assert service.classic_join_error("other") is None
     assert {(g.group_id, g.group_state) for g in service.listed_groups()} == {
         ("g", "Stable"),
         ("old-empty", "Stable"),
     }
 
 
-KAFKA_HEARTBEAT_ERRORS = {0, 15, 25, 42, 69, 81, 82, 110, 111, 112, 128, -1}
+# ConsumerGroupHeartbeatResponse.json's possible errors (plus UNKNOWN_SERVER_ERROR).
+KAFKA_HEARTBEAT_ERRORS = {
+    ErrorCode.none, ErrorCode.coordinator_not_available, ErrorCode.unknown_member_id,
+    ErrorCode.invalid_request, ErrorCode.group_id_not_found, ErrorCode.group_max_size_reached,
+    ErrorCode.fenced_instance_id, ErrorCode.fenced_member_epoch, ErrorCode.unreleased_instance_id,
+    ErrorCode.unsupported_assignor, ErrorCode.invalid_regular_expression, ErrorCode.unknown_server_error,
+}  # fmt: skip
 _TOPIC_T = uuid.uuid5(uuid.NAMESPACE_URL, "group-replay:t")
 _hostile_request = st.builds(
     HeartbeatRequest,

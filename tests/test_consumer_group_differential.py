@@ -30,6 +30,7 @@ from kio.static.primitive import i8
 from harness.admin import create_topic
 from harness.lines import KAFKA_4X
 from proxy.wire import decode_response, encode_request
+from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer import (
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
@@ -42,7 +43,9 @@ from replay.coordinator.consumer.wire import (
     heartbeat_to_kio,
 )
 
-NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 16, 14, 15
+NOT_COORDINATOR = ErrorCode.not_coordinator
+COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.coordinator_load_in_progress
+COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
 SESSION_TIMEOUT_MS = 10_000  # small enough to wait for in a test, large enough for a slow machine
 BROKER_CONFIG = {
     "group.consumer.assignment.interval.ms": "0",

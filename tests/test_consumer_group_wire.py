@@ -19,7 +19,6 @@ from confluent_kafka import Consumer
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1 import request as heartbeat_request
 from kio.schema.consumer_group_heartbeat.v1 import response as heartbeat_response
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta
 from rich.console import Console
 
@@ -39,6 +38,7 @@ from proxy.wire import (
     request_fields,
     response_fields,
 )
+from proxy.wire.errors import ErrorCode
 from tests.test_proxy_clients import ProxyProcess
 
 TOPIC_ID = uuid.UUID(int=0xABC)
@@ -87,7 +87,11 @@ def test_heartbeat_fields_through_the_codec() -> None:
     )
     _, decoded = decode_response(encode_response(answer, 5)[4:], ApiKey.CONSUMER_GROUP_HEARTBEAT, 1)
     got = response_fields(ApiKey.CONSUMER_GROUP_HEARTBEAT, decoded)
-    assert (got.error_code, got.member_epoch, got.assignment) == (110, 4, ((str(TOPIC_ID), (1,)),))
+    assert (got.error_code, got.member_epoch, got.assignment) == (
+        ErrorCode.fenced_member_epoch,
+        4,
+        ((str(TOPIC_ID), (1,)),),
+    )
 
 
 def test_describe_names_its_group() -> None:

@@ -37,8 +37,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from uuid import UUID
 
-from kio.schema.errors import ErrorCode
-
+from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer import assignors
 from replay.coordinator.consumer.group import (
     LEAVE_GROUP_MEMBER_EPOCH,

@@ -26,8 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer.coordinator import (
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,

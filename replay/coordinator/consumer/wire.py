@@ -12,9 +12,9 @@ from typing import Any
 from uuid import UUID
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i32Timedelta
 
+from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer.coordinator import DescribedGroup, HeartbeatRequest, HeartbeatResponse
 
 CONSUMER_GROUP_HEARTBEAT = 68
