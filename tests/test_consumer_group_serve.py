@@ -1,5 +1,6 @@
 """`group-replay coordinator serve` answers KIP-848 consumer-protocol clients: real confluent-kafka
-consumers with `group.protocol=consumer` form a group, split the topic, and the survivor takes
+consumers and Java kafka-clients 4.3.1 consumers (tests/java/ConsumerProtocolMember.java) with
+`group.protocol=consumer` form a group, split the topic, and the survivor takes
 everything when one leaves; a classic client asking for the same group id is refused
 (INCONSISTENT_GROUP_PROTOCOL: the online migration is not modelled yet); ListGroups and
 ConsumerGroupDescribe (through confluent-kafka's AdminClient) show the consumer group, and
@@ -10,16 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from harness.maven import client_libs
 from proxy.wire.errors import ErrorCode
 
 TOPIC_PARTITIONS = 4
@@ -163,3 +168,89 @@ def test_hostile_heartbeats_get_kafka_errors_and_serve_keeps_serving(serve: str)
         ]
     finally:
         connection.close()
+
+
+class JavaMember:
+    """tests/java/ConsumerProtocolMember.java (kafka-clients 4.3.1, group.protocol=consumer) as a
+    subprocess; `held` follows its incremental onPartitionsAssigned/onPartitionsRevoked calls."""
+
+    def __init__(self, classes: Path, libs: Path, bootstrap: str, group: str, name: str) -> None:
+        self.process = subprocess.Popen(
+            ["java", "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{classes}:{libs}/*",
+             "ConsumerProtocolMember", bootstrap, group, "orders", name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )  # fmt: skip
+        self.held: set[int] = set()
+        self.closed = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event = json.loads(line)
+            match event["event"]:
+                case "assigned":
+                    self.held |= set(event["partitions"])
+                case "revoked":
+                    self.held -= set(event["partitions"])
+                case "closed":
+                    self.closed.set()
+
+    def stop(self) -> None:
+        """Closing stdin makes it close the consumer (a leave heartbeat with epoch -1)."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+
+@pytest.fixture(scope="module")
+def java_member_classes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        pytest.skip("no JDK on PATH")
+    libs = client_libs("4.3.1", None)
+    out = tmp_path_factory.mktemp("java")
+    source = Path(__file__).parent / "java" / "ConsumerProtocolMember.java"
+    subprocess.run(["javac", "-cp", f"{libs}/*", "-d", str(out), str(source)], check=True, timeout=300)
+    return out, libs
+
+
+def test_java_4_3_consumer_protocol_members_on_serve(
+    serve: str, java_member_classes: tuple[Path, Path]
+) -> None:
+    classes, libs = java_member_classes
+    group = f"kip848-java-{time.time_ns()}"
+    a = JavaMember(classes, libs, serve, group, "java-a")
+    b = JavaMember(classes, libs, serve, group, "java-b")
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if (
+                a.held
+                and b.held
+                and not (a.held & b.held)
+                and a.held | b.held == set(range(TOPIC_PARTITIONS))
+            ):
+                break
+            time.sleep(0.2)
+        assert a.held and b.held and sorted(a.held | b.held) == list(range(TOPIC_PARTITIONS)), (
+            a.held,
+            b.held,
+        )
+        assert not a.held & b.held
+        b.stop()
+        assert b.closed.is_set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and a.held != set(range(TOPIC_PARTITIONS)):
+            time.sleep(0.2)
+        assert a.held == set(range(TOPIC_PARTITIONS))
+    finally:
+        a.stop()
+        b.stop()
