@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": (
         "demo.cli",
         "main",
-        "the whole loop in ~2 minutes: record a real group, replay it under two scenarios, validate",
+        "the whole loop in a few minutes: record a real group, replay it under two scenarios, validate",
     ),
     "proxy": ("proxy.cli", "main", "transparent Kafka proxy that records group traffic and can rewrite it"),
     "capture": ("proxy.capture.cli", "main", "show or export a pcapng capture recorded by the proxy"),
