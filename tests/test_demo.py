@@ -111,6 +111,11 @@ def test_whole_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for scenario in DEFAULT_SCENARIOS:
         rows = _events(tmp_path / "demo" / "events" / scenario / "events.jsonl")
         assert {r["run"] for r in rows} == {"recorded", "reference", f"broker-{KAFKA_39}"}, scenario
+    # The demo's broker has no initial rebalance delay (live replays at 4x stay faithful), and the
+    # capture header carries it to the reference and the live runs' brokers.
+    header = read_capture(tmp_path / "demo" / "capture.pcapng").group_settings
+    assert header is not None and header.initial_rebalance_delay_ms == 0
+    assert header.min_session_timeout_ms == 6000  # otherwise Kafka's defaults
     out = captured.out
     for scenario in DEFAULT_SCENARIOS:
         assert scenario in out
