@@ -7,7 +7,8 @@ live broker run of the same members agree with what the recorded clients did:
 - `range`: `RangeAssignor.assignPartitions` (clients/.../consumer/RangeAssignor.java), without
   racks: per topic, the subscribed members sorted by `MemberInfo.compareTo` (static members by
   group.instance.id first, then dynamic members by member id) take contiguous ranges, the first
-  `partitions % members` one partition more.
+  `partitions % members` one partition more. A librdkafka leader orders them by its own
+  comparator instead (`range_member_key`), which the recorded client software tells.
 - `roundrobin`: `RoundRobinAssignor.assign`: every subscribed partition, topics sorted, dealt in
   turn to the members in `MemberInfo` order, skipping members not subscribed to the topic.
 - `sticky` and `cooperative-sticky`: `AbstractStickyAssignor` (see `replay.sticky`).
@@ -21,8 +22,8 @@ metadata). Output: member id -> ConsumerProtocolAssignment bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import lru_cache
-from typing import Final
+from functools import cmp_to_key, lru_cache
+from typing import Any, Final
 
 from proxy.wire.consumer_protocol import decode_subscription_topics, encode_assignment
 
@@ -37,6 +38,31 @@ def member_order(member_id: str, group_instance_id: str | None) -> tuple[int, st
     return (0, group_instance_id) if group_instance_id else (1, member_id)
 
 
+MemberKey = Callable[[tuple[str, str | None]], Any]  # (member id, group.instance.id) -> sort key
+
+
+def _librdkafka_member_cmp(a: tuple[str, str | None], b: tuple[str, str | None]) -> int:
+    """librdkafka's rd_kafka_group_member_cmp (src/rdkafka_assignor.c): two static members by
+    group.instance.id, any other pair by member id (byte order, as rd_kafkap_str_cmp). Unlike
+    Java's MemberInfo, a dynamic member is not put after the static ones: Kafka names a static
+    member `<instance id>-<uuid>` and a dynamic one `<client.id>-<uuid>`, so where they sort
+    depends on those names."""
+    (a_id, a_instance), (b_id, b_instance) = a, b
+    left, right = (a_instance, b_instance) if a_instance and b_instance else (a_id, b_id)
+    return (left > right) - (left < right)
+
+
+def range_member_key(client_software: str | None) -> MemberKey:
+    """How the recorded leader's client orders the members of a topic in its range assignor:
+    librdkafka (confluent-kafka-python/-go/-dotnet report `...-rdkafka-<version>` or
+    `librdkafka`, KIP-511) with rd_kafka_group_member_cmp (rd_kafka_range_assignor_assign_cb
+    sorts each topic's members with it); the Java client, kafka-python 3 (static first, then
+    dynamic) and unknown clients with MemberInfo.compareTo."""
+    if client_software and "rdkafka" in client_software.lower():
+        return cmp_to_key(_librdkafka_member_cmp)
+    return lambda member: member_order(*member)
+
+
 @lru_cache(maxsize=4096)
 def subscribed_topics(metadata: bytes) -> tuple[str, ...]:
     """A subscription's topics (members of one group mostly send the same bytes: cached)."""
@@ -46,23 +72,25 @@ def subscribed_topics(metadata: bytes) -> tuple[str, ...]:
         return ()
 
 
-def range_assign(subscriptions: Subscriptions, topics: Topics) -> Assignment:
-    """RangeAssignor.assignPartitions without rack awareness (assignRanges per topic)."""
+def range_assign(
+    subscriptions: Subscriptions, topics: Topics, member_key: MemberKey | None = None
+) -> Assignment:
+    """RangeAssignor.assignPartitions without rack awareness (assignRanges per topic); the
+    members of a topic in `member_key` order (`range_member_key`; default Java's MemberInfo)."""
+    key = member_key or range_member_key(None)
     assignment: Assignment = {member_id: [] for member_id in subscriptions}
-    consumers_per_topic: dict[str, list[tuple[tuple[int, str], str]]] = {}
+    consumers_per_topic: dict[str, list[tuple[str, str | None]]] = {}
     for member_id, (instance_id, metadata) in subscriptions.items():
         for topic in subscribed_topics(metadata):
-            consumers_per_topic.setdefault(topic, []).append(
-                (member_order(member_id, instance_id), member_id)
-            )
-    for topic, consumers in consumers_per_topic.items():
+            consumers_per_topic.setdefault(topic, []).append((member_id, instance_id))
+    for topic, members in consumers_per_topic.items():
         count = topics.get(topic, 0)
         if count <= 0:
             continue
-        consumers.sort()
+        consumers = sorted(members, key=key)
         per_consumer, extra = divmod(count, len(consumers))
         start = 0
-        for index, (_, member_id) in enumerate(consumers):
+        for index, (member_id, _) in enumerate(consumers):
             size = per_consumer + (1 if index < extra else 0)
             assignment[member_id].extend((topic, p) for p in range(start, start + size))
             start += size
@@ -108,8 +136,11 @@ def encode(assignment: Assignment) -> dict[str, bytes]:
 STICKY_PROTOCOLS: Final = ("sticky", "cooperative-sticky")
 
 
-def compute(protocol_name: str, subscriptions: Subscriptions, topics: Topics) -> Assignment:
-    """The assignment the group's selected assignor gives.
+def compute(
+    protocol_name: str, subscriptions: Subscriptions, topics: Topics, client_software: str | None = None
+) -> Assignment:
+    """The assignment the group's selected assignor gives, as the leader's client computes it
+    (`client_software`, KIP-511 `name/version`; only `range` differs between clients so far).
 
     An assignor we do not know (a custom `partition.assignment.strategy`) is replaced by `range`,
     the Java client's first default; the events carry the protocol name, so it shows.
@@ -119,12 +150,16 @@ def compute(protocol_name: str, subscriptions: Subscriptions, topics: Topics) ->
 
         sticky = sticky_assign(protocol_name, subscriptions, topics)
         return sticky if sticky is not None else roundrobin_assign(subscriptions, topics)
-    return ASSIGNORS.get(protocol_name, range_assign)(subscriptions, topics)
+    if protocol_name == "roundrobin":
+        return roundrobin_assign(subscriptions, topics)
+    return range_assign(subscriptions, topics, range_member_key(client_software))
 
 
-def assign(protocol_name: str, subscriptions: Subscriptions, topics: Topics) -> dict[str, bytes]:
+def assign(
+    protocol_name: str, subscriptions: Subscriptions, topics: Topics, client_software: str | None = None
+) -> dict[str, bytes]:
     """`compute`, encoded per member as ConsumerProtocolAssignment bytes."""
-    return encode(compute(protocol_name, subscriptions, topics))
+    return encode(compute(protocol_name, subscriptions, topics, client_software))
 
 
 __all__ = [
@@ -135,5 +170,6 @@ __all__ = [
     "encode",
     "member_order",
     "range_assign",
+    "range_member_key",
     "roundrobin_assign",
 ]

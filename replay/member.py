@@ -23,7 +23,8 @@ same five methods and the same commands: the runners only speak `GroupMember`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any, Final, NamedTuple, Protocol
@@ -283,6 +284,8 @@ class ClassicMember:
         api_versions: dict[int, int],
         heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
         topics: Mapping[str, int] | None = None,
+        heartbeat_times_ms: Sequence[int] = (),
+        client_software: str | None = None,
     ) -> None:
         self.member_key = member_key
         self.client_id = client_id
@@ -290,6 +293,8 @@ class ClassicMember:
         self.instance_id = instance_id
         self.api_versions = dict(api_versions)
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.heartbeat_times_ms = tuple(heartbeat_times_ms)
+        self.client_software = client_software  # KIP-511 name/version: whose assignor runs
         self.topics = dict(topics or {})
         self.state = MemberState.UNJOINED
         self.member_id = ""
@@ -365,14 +370,7 @@ class ClassicMember:
         if not code:
             if sent.api_key == HEARTBEAT:  # the hot path
                 if self.state is MemberState.STABLE:
-                    return (
-                        WakeAt(
-                            now_ms + self.heartbeat_interval_ms,
-                            Wake.HEARTBEAT,
-                            self.incarnation,
-                            self.generation_id,
-                        ),
-                    )
+                    return self._next_heartbeat(now_ms)
                 return ()
             match sent.api_key:
                 case ApiKey.JOIN_GROUP:
@@ -431,12 +429,23 @@ class ClassicMember:
         for _, metadata in subscriptions.values():
             for topic in subscribed_topics(metadata):
                 topics.setdefault(topic, 0)
-        return assign(protocol_name or "range", subscriptions, topics)
+        return assign(protocol_name or "range", subscriptions, topics, self.client_software)
 
     def _next_heartbeat(self, now_ms: int) -> Commands:
-        return (
-            WakeAt(now_ms + self.heartbeat_interval_ms, Wake.HEARTBEAT, self.incarnation, self.generation_id),
-        )
+        return (WakeAt(self._heartbeat_due(now_ms), Wake.HEARTBEAT, self.incarnation, self.generation_id),)
+
+    def _heartbeat_due(self, now_ms: int) -> int:
+        """When the next Heartbeat goes out: the recorded client's next Heartbeat when there is one
+        within two intervals, else one interval from now (Kafka's Heartbeat timer,
+        AbstractCoordinator.HeartbeatThread). Following the recorded send times keeps the replayed
+        member in the recorded phase: whether a member learns of a rebalance before it stops
+        (a dynamic member leaving while the others are between heartbeats) depends on where its
+        heartbeats fall, and an interval restarted from each replayed answer drifts from that."""
+        times = self.heartbeat_times_ms
+        index = bisect.bisect_right(times, now_ms)
+        if index < len(times) and times[index] <= now_ms + 2 * self.heartbeat_interval_ms:
+            return times[index]
+        return now_ms + self.heartbeat_interval_ms
 
     # -- requests -----------------------------------------------------------------------------
     def _join(self) -> Commands:

@@ -59,6 +59,7 @@ class MemberScript:
     heartbeat_interval_ms: int
     sessions: tuple[Session, ...]
     client_software: str | None = None  # ApiVersions v3+ `name/version` of the recorded client
+    heartbeat_times_ms: tuple[int, ...] = ()  # when the recorded client sent each Heartbeat (sorted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,7 @@ def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
                 heartbeat_interval_ms=max(interval, 1),
                 sessions=tuple(sessions),
                 client_software=next((software_by_conn[c] for c in conns if c in software_by_conn), None),
+                heartbeat_times_ms=tuple(sorted((b - t0) // 1_000_000 for b in beats)),
             )
         )
     if not scripts:

@@ -110,6 +110,8 @@ def new_member(script: MemberScript, topics: dict[str, int]) -> ClassicMember:
         api_versions=versions,
         heartbeat_interval_ms=script.heartbeat_interval_ms,
         topics=topics,
+        heartbeat_times_ms=script.heartbeat_times_ms,
+        client_software=script.client_software,
     )
 
 

@@ -181,3 +181,19 @@ def test_java_hash_order_matches_java_util_hashmap() -> None:
     # "Aa" and "BB" share String.hashCode 2112: one bucket, insertion order
     assert java_hash_order(["BB", "Aa"]) == ["BB", "Aa"]
     assert java_hash_order(["Aa", "BB"]) == ["Aa", "BB"]
+
+
+def test_range_as_a_librdkafka_leader_orders_mixed_members_by_member_id() -> None:
+    """rd_kafka_group_member_cmp: two static members by instance id, any other pair by member id,
+    so a dynamic member whose id (`<client.id>-<uuid>`) sorts first takes the first range; a Java
+    leader puts it last (MemberInfo). Seen in the corpus' confluent-kafka mixed group."""
+    members = {
+        "grp-a-1111": sub(T1, instance="grp-a"),
+        "grp-b-2222": sub(T1, instance="grp-b"),
+        "client-c-3333": sub(T1),
+    }
+    java = compute("range", members, {T1: 3}, "apache-kafka-java/3.9.2")
+    rdkafka = compute("range", members, {T1: 3}, "confluent-kafka-python/2.16.1-rdkafka-2.16.0")
+    assert java == {"grp-a-1111": [(T1, 0)], "grp-b-2222": [(T1, 1)], "client-c-3333": [(T1, 2)]}
+    assert rdkafka == {"grp-a-1111": [(T1, 1)], "grp-b-2222": [(T1, 2)], "client-c-3333": [(T1, 0)]}
+    assert compute("range", members, {T1: 3}) == java  # unknown clients: Java's order
