@@ -494,11 +494,54 @@ async def run_scenario(
     if any(isinstance(step, Commit) for step in scenario.steps):
         # Kafka refuses commits for topics it does not have (UNKNOWN_TOPIC_OR_PARTITION).
         await ensure_topic(host, port, scenario.topic)
-    coordinator_host, coordinator_port = await find_coordinator(host, port, group_id, served)
+    coordinator_host, coordinator_port = await coordinator_ready(host, port, group_id, served)
     observer = GroupObserver(session_id, scenario.name, run)
     runner = _Run(scenario, coordinator_host, coordinator_port, group_id, observer)
     events = await runner.run()
     return RunResult(run, tuple(events), describes=tuple(runner.describes))
+
+
+NOT_READY = frozenset(
+    {
+        int(ErrorCode.coordinator_load_in_progress),
+        int(ErrorCode.not_coordinator),
+        int(ErrorCode.coordinator_not_available),
+    }
+)
+
+
+async def coordinator_ready(
+    host: str, port: int, group_id: str, served: dict[int, tuple[int, int]], timeout_s: float = 120.0
+) -> tuple[str, int]:
+    """The group's coordinator once it serves the group: FindCoordinator, then DescribeGroups
+    (read-only: it creates no group) until the answer is not COORDINATOR_LOAD_IN_PROGRESS,
+    NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE. FindCoordinator names the leader of the group's
+    __consumer_offsets partition before that partition is loaded (GroupMetadataManager's
+    loadGroupsAndOffsets / CoordinatorRuntime's scheduleLoadOperation), and a scenario's first
+    JoinGroup meeting a loading coordinator would change what the run observes. NOT_COORDINATOR
+    (leadership moved) asks FindCoordinator again."""
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+    from kio.schema.types import GroupId
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        coordinator = await find_coordinator(host, port, group_id, served)
+        admin = await Connection.open(*coordinator, "group-replay-driver")
+        try:
+            response = await admin.call(
+                DescribeGroupsRequest(groups=(GroupId(group_id),), include_authorized_operations=False)
+            )
+        finally:
+            admin.close()
+        code = int(response.groups[0].error_code)
+        if code not in NOT_READY:
+            return coordinator
+        if loop.time() > deadline:
+            raise DriverError(
+                f"{host}:{port}: coordinator for {group_id!r} not ready ({ErrorCode(code).name})"
+            )
+        await asyncio.sleep(0.5)
 
 
 def describe_row(group: Any) -> tuple[Any, ...]:
