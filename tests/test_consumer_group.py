@@ -503,3 +503,25 @@ def test_range_per_topic_formula_equals_kafkas_walk(
         for i, (static, topics) in enumerate(shape)
     ]
     assert assign("range", members, counts) == _range_as_kafka_walks_it(members, counts)
+
+
+def test_kafka_4_0_behaviour_switches() -> None:
+    """ConsumerGroupBehaviour.KAFKA_4_0 (each switch checked against a 4.0.1 broker in
+    test_consumer_group_differential.py): groups start at epoch 0, a known member's epoch-0 rejoin
+    is fenced, target assignments are not batched, describe leaves out pending revocations."""
+    from replay.coordinator.consumer import ConsumerGroupBehaviour
+
+    coordinator = ConsumerGroupCoordinator(
+        ConsumerGroupConfig(behaviour=ConsumerGroupBehaviour.KAFKA_4_0, assignment_interval_ms=1000)
+    )
+    coordinator.add_topic("t", 4)
+    a = Client(coordinator, "a")
+    assert a.beat(0).member_epoch == 1
+    b = Client(coordinator, "b")
+    b.beat(100)  # within 4.3's interval, but 4.0 computes the new target at once
+    assert coordinator.groups["g"].assignment_epoch == 2
+    a.beat(200)  # asked to revoke
+    (described,) = coordinator.describe(["g"])
+    a_row = next(m for m in described.members if m.member_id == "a")
+    assert sum(len(p) for p in a_row.assignment.values()) == 2  # the two pending revocation left out
+    assert a.beat(300, epoch=0).error_code == FENCED_MEMBER_EPOCH

@@ -14,6 +14,7 @@ revoke within its own rebalance timeout (2 s) is fenced, and the survivors get e
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import time
@@ -32,6 +33,7 @@ from harness.lines import KAFKA_4X
 from proxy.wire import decode_response, encode_request
 from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer import (
+    ConsumerGroupBehaviour,
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
     HeartbeatRequest,
@@ -53,6 +55,9 @@ BROKER_CONFIG = {
     "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
 }
 REFERENCE_CONFIG = ConsumerGroupConfig(assignment_interval_ms=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+# The brokers compared, with the reference behaviour that must match each (issue 13: 4.3.1 is the
+# default, and where 4.0.x differs a named switch).
+BUILDS = [("4.3.1", ConsumerGroupBehaviour.KAFKA_4_3), ("4.0.1", ConsumerGroupBehaviour.KAFKA_4_0)]
 
 
 class KafkaConnection:
@@ -141,13 +146,14 @@ class Side:
         connection: KafkaConnection | None,
         late: tuple[str, int] | None = None,
         bootstrap: str = "",
+        behaviour: ConsumerGroupBehaviour = ConsumerGroupBehaviour.KAFKA_4_3,
     ):
         self.late = late  # a topic the members subscribe to before it exists (step "create_late")
         self.bootstrap = bootstrap
         self.connection = connection
         self.now_ms = 1_000
         self.ids = ids
-        self.reference = ConsumerGroupCoordinator(REFERENCE_CONFIG)
+        self.reference = ConsumerGroupCoordinator(dataclasses.replace(REFERENCE_CONFIG, behaviour=behaviour))
         for name, partitions in topics.items():
             self.reference.add_topic(name, partitions, ids[name])
 
@@ -403,9 +409,12 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
 LATE = {"topic-created-after-subscribing": 3}
 
 
+@pytest.mark.parametrize(("kafka_version", "behaviour"), BUILDS, ids=[v for v, _ in BUILDS])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_reference_matches_kafka_4_3(name: str, broker_factory, make_topic) -> None:
-    broker = broker_factory(KAFKA_4X, extra_config=BROKER_CONFIG)
+def test_reference_matches_kafka(
+    name: str, kafka_version: str, behaviour: ConsumerGroupBehaviour, broker_factory, make_topic
+) -> None:
+    broker = broker_factory(kafka_version, extra_config=BROKER_CONFIG)
     partitions, assignor, steps = SCENARIOS[name]
     created = {make_topic(broker.bootstrap, partitions=n, prefix=f"cg-{t}"): n for t, n in partitions.items()}
     connection = KafkaConnection(broker.bootstrap)
@@ -418,7 +427,8 @@ def test_reference_matches_kafka_4_3(name: str, broker_factory, make_topic) -> N
         kafka = Side(created, ids, connection, late, broker.bootstrap)
         logical = dict(zip(partitions, created, strict=True))
         observed = play(kafka, group_id, topics, steps, assignor, logical)
-        expected = play(Side(created, ids, None, late), group_id, topics, steps, assignor, logical)
+        reference = Side(created, ids, None, late, behaviour=behaviour)
+        expected = play(reference, group_id, topics, steps, assignor, logical)
     finally:
         connection.close()
     differences = [

@@ -3,6 +3,7 @@ ConsumerGroupDescribe, sans-IO, in virtual time. Kafka 4.3.1's group-coordinator
 
 from replay.coordinator.consumer.assignors import ASSIGNORS, MemberSpec, PartitionAssignorError, assign
 from replay.coordinator.consumer.coordinator import (
+    ConsumerGroupBehaviour,
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
     ConsumerGroupEvent,
@@ -22,6 +23,7 @@ from replay.coordinator.consumer.group import (
 __all__ = [
     "ASSIGNORS",
     "ConsumerGroup",
+    "ConsumerGroupBehaviour",
     "ConsumerGroupConfig",
     "ConsumerGroupCoordinator",
     "ConsumerGroupEvent",

@@ -30,6 +30,7 @@ OffsetCommit member-epoch checks, the assignor offload thread.
 
 from __future__ import annotations
 
+import enum
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -85,10 +86,52 @@ def resolve_regex(pattern: str, topic_names: Iterable[str]) -> frozenset[str]:
     return frozenset(name for name in topic_names if compiled.fullmatch(name))
 
 
+class ConsumerGroupBehaviour(enum.Enum):
+    """Which Kafka build's consumer-group rules apply; each difference is a named property below,
+    found by running tests/test_consumer_group_differential.py against both brokers and read in
+    the sources jars (org.apache.kafka:kafka-group-coordinator:4.0.1 and :4.3.1)."""
+
+    KAFKA_4_0 = "4.0"
+    KAFKA_4_3 = "4.3"
+
+    @property
+    def initial_epoch(self) -> int:
+        """A new group's group epoch and target assignment epoch: 4.3's ModernGroup starts at 1
+        (TargetAssignmentMetadata.INITIAL = epoch 1), 4.0's at 0; the first join answers 2 or 1."""
+        return 1 if self is ConsumerGroupBehaviour.KAFKA_4_3 else 0
+
+    @property
+    def moves_new_group_off_epoch_zero(self) -> bool:
+        """4.0's consumerGroupHeartbeat bumps a group still at epoch 0 on any heartbeat ("ensure
+        that it moves away from epoch 0"), so even a regex-only first member gets epoch 1 at once;
+        4.3 starts groups at 1 and has no such rule."""
+        return self is ConsumerGroupBehaviour.KAFKA_4_0
+
+    @property
+    def epoch_zero_rejoins(self) -> bool:
+        """throwIfConsumerGroupMemberEpochIsInvalid: 4.3 lets a known member rejoin with epoch 0
+        (KIP-848's fenced-member recovery); 4.0 treats 0 like any smaller epoch (FENCED_MEMBER_EPOCH
+        unless 0 is its previous epoch and it owns a subset of its assignment)."""
+        return self is ConsumerGroupBehaviour.KAFKA_4_3
+
+    @property
+    def batches_target_assignments(self) -> bool:
+        """4.3 computes a new target at most once per group.consumer.assignment.interval.ms
+        (canComputeNextTargetAssignment); 4.0 computes it on every group epoch bump."""
+        return self is ConsumerGroupBehaviour.KAFKA_4_3
+
+    @property
+    def describe_includes_pending_revocation(self) -> bool:
+        """ConsumerGroupDescribe's member assignment: 4.3 adds what the member must still revoke
+        (asConsumerGroupDescribeMember), 4.0 shows only its assigned partitions."""
+        return self is ConsumerGroupBehaviour.KAFKA_4_3
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupConfig:
     """Broker settings (GroupCoordinatorConfig defaults of Kafka 4.3.1)."""
 
+    behaviour: ConsumerGroupBehaviour = ConsumerGroupBehaviour.KAFKA_4_3
     session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     max_size: int = 2**31 - 1  # group.consumer.max.size
@@ -358,10 +401,9 @@ class ConsumerGroupCoordinator:
         self._ids += 1
         return str(uuid.UUID(int=(self.member_id_seed << 64) | self._ids))
 
-    @staticmethod
-    def _check_epoch(member: ConsumerGroupMember, epoch: int, owned: Partitions | None) -> None:
+    def _check_epoch(self, member: ConsumerGroupMember, epoch: int, owned: Partitions | None) -> None:
         """throwIfConsumerGroupMemberEpochIsInvalid."""
-        if epoch == 0:
+        if epoch == 0 and self.config.behaviour.epoch_zero_rejoins:
             return
         if epoch > member.member_epoch:
             raise _error(
@@ -388,7 +430,9 @@ class ConsumerGroupCoordinator:
         if group is None:
             if not create:
                 raise _error(ErrorCode.group_id_not_found, f"Consumer group {request.group_id} not found.")
-            group = ConsumerGroup(request.group_id)  # materialised below, once the request succeeds
+            initial = self.config.behaviour.initial_epoch
+            # materialised below, once the request succeeds
+            group = ConsumerGroup(request.group_id, group_epoch=initial, assignment_epoch=initial)
         member_id = request.member_id or self._new_member_id()
         if len(group.members) >= self.config.max_size and member_id not in group.members:
             raise _error(
@@ -454,7 +498,8 @@ class ConsumerGroupCoordinator:
         # says of the subscribed topics (Kafka's metadata hash; a topic created after the members
         # subscribed to it), bumps the group epoch once.
         metadata_hash = self._metadata_hash(self._subscribed_names(group, updated))
-        if names_changed or regex_resolved or metadata_hash != group.metadata_hash:
+        fresh = self.config.behaviour.moves_new_group_off_epoch_zero and group.group_epoch == 0
+        if names_changed or regex_resolved or fresh or metadata_hash != group.metadata_hash:
             group.group_epoch += 1
             group.metadata_hash = metadata_hash
         group_epoch = group.group_epoch
@@ -561,7 +606,8 @@ class ConsumerGroupCoordinator:
             return group.assignment_epoch, group.target_of(updated)
         interval = self.config.assignment_interval_ms
         last = group.assignment_timestamp_ms
-        if last is not None and interval != 0 and now_ms < last + interval:
+        batching = self.config.behaviour.batches_target_assignments
+        if batching and last is not None and interval != 0 and now_ms < last + interval:
             return group.assignment_epoch, group.target_of(updated)
         members = dict(group.members)
         members[updated.member_id] = updated  # addOrUpdateMember (joins keep their place at the end)
@@ -813,7 +859,9 @@ class ConsumerGroupCoordinator:
                     {
                         t: m.assigned.get(t, frozenset()) | m.pending_revocation.get(t, frozenset())
                         for t in {*m.assigned, *m.pending_revocation}
-                    },
+                    }
+                    if self.config.behaviour.describe_includes_pending_revocation
+                    else m.assigned,
                     group.target.get(m.member_id, {}),
                 )
                 for m in group.members.values()
@@ -834,6 +882,7 @@ class ConsumerGroupCoordinator:
 
 
 __all__ = [
+    "ConsumerGroupBehaviour",
     "ConsumerGroupConfig",
     "ConsumerGroupCoordinator",
     "ConsumerGroupEvent",
