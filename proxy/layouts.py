@@ -56,6 +56,7 @@ P_CORRELATION_ID: Final = 2
 P_CLIENT_ID: Final = 3
 P_UPSTREAM_API_VERSION: Final = 4
 P_GROUP_ID: Final = 5
+P_SENT_NS: Final = 6
 
 # The capture writer's batches: Records as tuples, and connection events tagged by a string
 # in the first position (a Record starts with its int conn): (OPEN, conn, ts_ns, client,
@@ -71,6 +72,7 @@ __all__ = [
     "P_CLIENT_ID",
     "P_CORRELATION_ID",
     "P_GROUP_ID",
+    "P_SENT_NS",
     "P_UPSTREAM_API_VERSION",
     "R_API_KEY",
     "R_API_VERSION",

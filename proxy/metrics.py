@@ -6,10 +6,10 @@ connection): `GET /metrics`, `GET /health/live` (the event loop answers), `GET /
 prometheus_client: it is a dozen lines of a stable text format, and the proxy's counters already
 live in its sessions (read at scrape time, nothing is updated twice on the hot path).
 
-Metrics (all `group_replay_proxy_*`): connections accepted and open per leg, frames and bytes per
-API key and direction, bytes per leg, rewrites, connections closed on bad input, upstream
-connection errors, buffered partial-frame bytes and their budget, capture bytes queued and
-written, TLS reloads.
+Metrics (all `group_replay_proxy_*`): connections accepted and open per leg, frames and bytes
+per API key and direction, request latency per API key (a summary: sum and count), bytes per
+leg, rewrites, connections closed on bad input, upstream connection errors, buffered
+partial-frame bytes and their budget, capture bytes queued and written, TLS reloads.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _PREFIX = "group_replay_proxy_"
 
 
-def _line(name: str, value: int, labels: dict[str, str] | None = None) -> str:
+def _line(name: str, value: int | float, labels: dict[str, str] | None = None) -> str:
+    text = f"{value:.6f}" if isinstance(value, float) else str(value)
     if labels:
-        inner = ",".join(f'{key}="{_escape(text)}"' for key, text in labels.items())
-        return f"{_PREFIX}{name}{{{inner}}} {value}\n"
-    return f"{_PREFIX}{name} {value}\n"
+        inner = ",".join(f'{key}="{_escape(label)}"' for key, label in labels.items())
+        return f"{_PREFIX}{name}{{{inner}}} {text}\n"
+    return f"{_PREFIX}{name} {text}\n"
 
 
 def _escape(text: str) -> str:
@@ -89,6 +90,19 @@ def render(server: ProxyServer) -> str:
         for api_key, value in enumerate(sizes):
             if value:
                 out.append(_line(name, value, {"api_key": str(api_key), "api": api_name(api_key)}))
+    out.append(
+        _family(
+            "request_latency_seconds",
+            "summary",
+            "From a request passing the proxy to its response passing it, per API key (the broker's "
+            "time plus the upstream leg).",
+        )
+    )
+    for api_key, count in enumerate(counts.responses):
+        if count:
+            labels = {"api_key": str(api_key), "api": api_name(api_key)}
+            out.append(_line("request_latency_seconds_sum", counts.latency_ns[api_key] / 1e9, labels))
+            out.append(_line("request_latency_seconds_count", count, labels))
     out.append(_family("group_requests_total", "counter", "Requests of the group APIs."))
     out.append(_line("group_requests_total", totals.group_requests))
     out.append(_family("rewrites_total", "counter", "Frames rewritten (broker addresses, rewrite policy)."))

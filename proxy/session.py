@@ -34,6 +34,7 @@ from proxy.layouts import (
     P_CLIENT_ID,
     P_CORRELATION_ID,
     P_GROUP_ID,
+    P_SENT_NS,
     P_UPSTREAM_API_VERSION,
     Record,
     new_record,
@@ -406,13 +407,15 @@ API_KEY_SLOTS = 128  # Kafka's API keys are below this (kio knows up to 92); unk
 class ApiCounts:
     """Frames and bytes per API key (list index) in each direction, for the proxy's metrics."""
 
-    __slots__ = ("request_bytes", "requests", "response_bytes", "responses")
+    __slots__ = ("latency_ns", "request_bytes", "requests", "response_bytes", "responses")
 
     def __init__(self) -> None:
         self.requests = [0] * API_KEY_SLOTS
         self.request_bytes = [0] * API_KEY_SLOTS
         self.responses = [0] * API_KEY_SLOTS
         self.response_bytes = [0] * API_KEY_SLOTS
+        # Sum over answered requests of (response seen - request seen), as the proxy saw them.
+        self.latency_ns = [0] * API_KEY_SLOTS
 
     def add(self, other: ApiCounts) -> None:
         for mine, theirs in (
@@ -420,6 +423,7 @@ class ApiCounts:
             (self.request_bytes, other.request_bytes),
             (self.responses, other.responses),
             (self.response_bytes, other.response_bytes),
+            (self.latency_ns, other.latency_ns),
         ):
             for index, value in enumerate(theirs):
                 if value:
@@ -616,6 +620,7 @@ class ProxySession:
             if counts is not None:
                 counts.responses[head[P_API_KEY]] += 1
                 counts.response_bytes[head[P_API_KEY]] += 4 + size
+                counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
             pos = end
         self.responses += before - len(pending)
         return pos
@@ -700,6 +705,7 @@ class ProxySession:
             if counts is not None:
                 counts.responses[head[P_API_KEY]] += 1
                 counts.response_bytes[head[P_API_KEY]] += 4 + size
+                counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
             payload = data[pos + 4 : end]
             emit(
                 new_record(
@@ -855,6 +861,7 @@ class ProxySession:
         if self.api_counts is not None:
             self.api_counts.responses[request.api_key] += 1
             self.api_counts.response_bytes[request.api_key] += 4 + size
+            self.api_counts.latency_ns[request.api_key] += self._now_ns - request.sent_ns
         self._response_for = request
         self._response_policy = self._passthrough is False and self.policy.wants_response(request)
         hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)

@@ -19,7 +19,7 @@ from tests.test_proxy_record_scope import MESSAGES, produce_and_consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-_SAMPLE = re.compile(r'^(group_replay_proxy_[a-z_]+)(\{([a-z_]+="[^"]*",?)+\})? (\d+)$')
+_SAMPLE = re.compile(r'^(group_replay_proxy_[a-z_]+)(\{([a-z_]+="[^"]*",?)+\})? (\d+(?:\.\d+)?)$')
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -30,17 +30,18 @@ def _get(url: str) -> tuple[int, str, str]:
         return error.code, "", error.read().decode()
 
 
-def _samples(text: str) -> dict[str, int]:
+def _samples(text: str) -> dict[str, float]:
     """Every sample line, checked against the exposition format; each family declares its TYPE."""
-    typed = set(re.findall(r"^# TYPE (\S+) (?:counter|gauge)$", text, re.MULTILINE))
-    samples: dict[str, int] = {}
+    typed = set(re.findall(r"^# TYPE (\S+) (?:counter|gauge|summary)$", text, re.MULTILINE))
+    samples: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#"):
             continue
         match = _SAMPLE.match(line)
         assert match, f"not a Prometheus sample line: {line!r}"
-        assert match.group(1) in typed, f"{match.group(1)} has no TYPE line"
-        samples[line.rsplit(" ", 1)[0]] = int(match.group(4))
+        family = re.sub(r"_(sum|count)$", "", match.group(1))
+        assert match.group(1) in typed or family in typed, f"{match.group(1)} has no TYPE line"
+        samples[line.rsplit(" ", 1)[0]] = float(match.group(4))
     return samples
 
 
@@ -75,6 +76,10 @@ def test_metrics_count_what_was_relayed(broker_factory, make_topic, tmp_path: Pa
     assert after["group_replay_proxy_capture_queued_bytes_total"] > 0
     assert after["group_replay_proxy_closed_on_error_total"] == 0
     assert "group_replay_proxy_buffered_bytes" in after
+    # Latency: every answered Fetch took some time; the sum is positive and the count matches.
+    fetch_labels = '{api_key="1",api="Fetch"}'
+    assert after[f"group_replay_proxy_request_latency_seconds_count{fetch_labels}"] == after[fetch]
+    assert after[f"group_replay_proxy_request_latency_seconds_sum{fetch_labels}"] > 0
 
 
 def test_metrics_address_is_checked(tmp_path: Path) -> None:
