@@ -10,6 +10,7 @@ from typing import Any
 from proxy.capture.reader import Capture, CaptureFormatError, Exchange, exchanges, read_capture
 from proxy.wire import (
     GROUP_API_KEYS,
+    ApiKey,
     CodecError,
     FrameError,
     api_name,
@@ -55,8 +56,11 @@ def rpc_rows(capture: Capture, leg: str = "client", group_only: bool = False) ->
     """One row per request/response exchange, with group fields decoded through proxy.wire."""
     start = min((f.ts_ns for f in capture.frames), default=0)
     rows: list[dict[str, Any]] = []
+    topic_names: dict[str, str] = {}  # topic id -> name, from the Metadata answers recorded
     for exchange in exchanges(capture, leg):
         request = exchange.request
+        if request.api_key == ApiKey.METADATA:
+            _learn_topic_ids(exchange, topic_names)
         if group_only and request.api_key not in GROUP_API_KEYS:
             continue
         row: dict[str, Any] = {
@@ -82,7 +86,29 @@ def rpc_rows(capture: Capture, leg: str = "client", group_only: bool = False) ->
         if request.api_key in GROUP_API_KEYS:
             _add_group_fields(exchange, row)
         rows.append(row)
+    for row in rows:  # ConsumerGroupHeartbeat assignments by topic id: `topic-partition` strings
+        if row["assignment"] is not None:
+            row["assignment"] = [
+                f"{topic_names.get(topic_id, topic_id)}-{partition}"
+                for topic_id, partitions in row["assignment"]
+                for partition in partitions
+            ]
     return rows
+
+
+def _learn_topic_ids(exchange: Exchange, topic_names: dict[str, str]) -> None:
+    """Metadata v10+ answers name each topic's id (KIP-848 assignments carry only the id)."""
+    if exchange.response is None or exchange.request.api_version < 10:
+        return
+    try:
+        _, response = decode_response(
+            exchange.response.payload, ApiKey.METADATA, exchange.response.api_version
+        )
+    except (CodecError, FrameError):
+        return
+    for topic in response.topics:
+        if topic.name is not None and topic.topic_id is not None and topic.topic_id.int != 0:
+            topic_names[str(topic.topic_id)] = str(topic.name)
 
 
 def _add_group_fields(exchange: Exchange, row: dict[str, Any]) -> None:
