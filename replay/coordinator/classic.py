@@ -13,9 +13,19 @@ import dataclasses
 from typing import Any
 
 from proxy.wire.apis import ApiKey
-from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import parse as P
 from replay.coordinator import responses as R
+from replay.coordinator.codes import (
+    COORDINATOR_NOT_AVAILABLE,
+    FENCED_INSTANCE_ID,
+    GROUP_ID_NOT_FOUND,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    NONE,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+)
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.join import JoinGroupHandling
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
@@ -29,36 +39,36 @@ class ClassicGroupManager(JoinGroupHandling):
         api_version = ctx.api_version
         group_id, generation_id, member_id, group_instance_id, protocol_type, protocol_name, _ = request
         if not group_id:
-            self._respond(ctx, R.sync_group(api_version, E.invalid_group_id))
+            self._respond(ctx, R.sync_group(api_version, INVALID_GROUP_ID))
             return
         if api_version >= 5 and (protocol_type is None or protocol_name is None):
             # KafkaApis: SyncGroupRequest.areMandatoryProtocolTypeAndNamePresent
-            self._respond(ctx, R.sync_group(api_version, E.inconsistent_group_protocol))
+            self._respond(ctx, R.sync_group(api_version, INCONSISTENT_GROUP_PROTOCOL))
             return
         if group is None:
-            self._respond(ctx, R.sync_group(api_version, E.unknown_member_id))
+            self._respond(ctx, R.sync_group(api_version, UNKNOWN_MEMBER_ID))
             return
         if group.is_in(GroupState.DEAD):
-            self._respond(ctx, R.sync_group(api_version, E.coordinator_not_available))
+            self._respond(ctx, R.sync_group(api_version, COORDINATOR_NOT_AVAILABLE))
             return
         code = self._validate_member(group, member_id, group_instance_id)
-        if code == E.none:
+        if code == NONE:
             if generation_id != group.generation_id:
-                code = E.illegal_generation
+                code = ILLEGAL_GENERATION
             elif (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name
             ):
-                code = E.inconsistent_group_protocol
-        if code != E.none:
-            if code == E.fenced_instance_id:
+                code = INCONSISTENT_GROUP_PROTOCOL
+        if code != NONE:
+            if code == FENCED_INSTANCE_ID:
                 self._fenced(group, member_id, group_instance_id, "sync-group")
             self._respond(ctx, R.sync_group(api_version, code))
             return
         match group.state:
             case GroupState.EMPTY:
-                self._respond(ctx, R.sync_group(api_version, E.unknown_member_id))
+                self._respond(ctx, R.sync_group(api_version, UNKNOWN_MEMBER_ID))
             case GroupState.PREPARING_REBALANCE:
-                self._respond(ctx, R.sync_group(api_version, E.rebalance_in_progress))
+                self._respond(ctx, R.sync_group(api_version, REBALANCE_IN_PROGRESS))
             case GroupState.COMPLETING_REBALANCE:
                 member = group.members[member_id]
                 member.awaiting_sync = ctx
@@ -67,7 +77,7 @@ class ClassicGroupManager(JoinGroupHandling):
                     assignments = dict(request.assignments)
                     for m in group.members.values():
                         m.assignment = assignments.get(m.member_id, b"")
-                    self._propagate_assignment(group, E.none)
+                    self._propagate_assignment(group, NONE)
                     self._transition(group, GroupState.STABLE, "leader sent the assignment")
             case GroupState.STABLE:
                 self._remove_pending_sync_member(group, member_id)
@@ -76,7 +86,7 @@ class ClassicGroupManager(JoinGroupHandling):
                     ctx,
                     R.sync_group(
                         api_version,
-                        E.none,
+                        NONE,
                         assignment=member.assignment,
                         protocol_type=group.protocol_type,
                         protocol_name=group.protocol_name,
@@ -91,27 +101,27 @@ class ClassicGroupManager(JoinGroupHandling):
         api_version = ctx.api_version
         group_id, generation_id, member_id, group_instance_id = request
         if not group_id:
-            self._respond(ctx, R.heartbeat(api_version, E.invalid_group_id))
+            self._respond(ctx, R.heartbeat(api_version, INVALID_GROUP_ID))
             return
         if group is None:
-            self._respond(ctx, R.heartbeat(api_version, E.unknown_member_id))
+            self._respond(ctx, R.heartbeat(api_version, UNKNOWN_MEMBER_ID))
             return
         if group.is_in(GroupState.DEAD):
-            self._respond(ctx, R.heartbeat(api_version, E.coordinator_not_available))
+            self._respond(ctx, R.heartbeat(api_version, COORDINATOR_NOT_AVAILABLE))
             return
         code = self._validate_member(group, member_id, group_instance_id)
-        if code == E.none and generation_id != group.generation_id:
-            code = E.illegal_generation
-        if code == E.none:
+        if code == NONE and generation_id != group.generation_id:
+            code = ILLEGAL_GENERATION
+        if code == NONE:
             state = group.state
             if state is GroupState.EMPTY:
-                code = E.unknown_member_id
+                code = UNKNOWN_MEMBER_ID
             else:
                 member = group.members[member_id]
                 self._schedule_heartbeat(group, member, member.session_timeout_ms)
                 if state is GroupState.PREPARING_REBALANCE:
-                    code = E.rebalance_in_progress
-        elif code == E.fenced_instance_id:
+                    code = REBALANCE_IN_PROGRESS
+        elif code == FENCED_INSTANCE_ID:
             self._fenced(group, member_id, group_instance_id, "heartbeat")
         self._respond(ctx, R.heartbeat(api_version, code))
 
@@ -121,18 +131,18 @@ class ClassicGroupManager(JoinGroupHandling):
         api_version = ctx.api_version
         leaving = request.members
         if not request.group_id:
-            self._respond(ctx, R.leave_group(api_version, E.invalid_group_id, []))
+            self._respond(ctx, R.leave_group(api_version, INVALID_GROUP_ID, []))
             return
         if group is None:
             # Scala: per-member UNKNOWN_MEMBER_ID. The new coordinator's classicGroupLeave throws
             # UnknownMemberIdException, which GroupCoordinatorService.leaveGroup turns back into
             # the same per-member errors (checked against 3.9 and 4.x brokers).
             self._respond(
-                ctx, R.leave_group(api_version, E.none, [(m, i, E.unknown_member_id) for m, i in leaving])
+                ctx, R.leave_group(api_version, NONE, [(m, i, UNKNOWN_MEMBER_ID) for m, i in leaving])
             )
             return
         if group.is_in(GroupState.DEAD):
-            self._respond(ctx, R.leave_group(api_version, E.coordinator_not_available, []))
+            self._respond(ctx, R.leave_group(api_version, COORDINATOR_NOT_AVAILABLE, []))
             return
         results: list[tuple[str, str | None, int]] = []
         for member_id, group_instance_id in leaving:
@@ -140,21 +150,21 @@ class ClassicGroupManager(JoinGroupHandling):
                 current = group.static_member_id(group_instance_id) if group_instance_id is not None else None
                 if current is not None:
                     self._remove_current_member(group, current)
-                    results.append((member_id, group_instance_id, E.none))
+                    results.append((member_id, group_instance_id, NONE))
                 else:
-                    results.append((member_id, group_instance_id, E.unknown_member_id))
+                    results.append((member_id, group_instance_id, UNKNOWN_MEMBER_ID))
             elif group.is_pending_member(member_id):
                 self._remove_pending_member(group, member_id)
                 self.timers.cancel(heartbeat_key(group.group_id, member_id))
-                results.append((member_id, group_instance_id, E.none))
+                results.append((member_id, group_instance_id, NONE))
             else:
                 code = self._validate_member(group, member_id, group_instance_id)
-                if code == E.none:
+                if code == NONE:
                     self._remove_current_member(group, member_id)
-                elif code == E.fenced_instance_id:
+                elif code == FENCED_INSTANCE_ID:
                     self._fenced(group, member_id, group_instance_id, "leave-group")
                 results.append((member_id, group_instance_id, code))
-        self._respond(ctx, R.leave_group(api_version, E.none, results))
+        self._respond(ctx, R.leave_group(api_version, NONE, results))
 
     def _remove_current_member(self, group: ClassicGroup, member_id: str) -> None:
         member = group.members[member_id]
@@ -174,14 +184,14 @@ class ClassicGroupManager(JoinGroupHandling):
         for group_id in request.groups:
             group = self.groups.get(group_id)
             values: dict[str, Any] = {
-                "error_code": R.error(E.none),
+                "error_code": R.error(NONE),
                 "group_id": group_id,
                 "authorized_operations": -(2**31),
             }
             if group is None:
                 values |= {"group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": ()}
                 if api_version >= 6:
-                    values["error_code"] = R.error(E.group_id_not_found)
+                    values["error_code"] = R.error(GROUP_ID_NOT_FOUND)
             else:
                 stable = group.is_in(GroupState.STABLE)
                 # Outside Stable, Scala's MemberMetadata.summaryNoMetadata blanks metadata and
@@ -241,5 +251,5 @@ class ClassicGroupManager(JoinGroupHandling):
                 if not states or row.group_state.lower() in states:
                     listed.append(R.build(listed_cls, dataclasses.asdict(row)))
         self._respond(
-            ctx, R.make(ApiKey.LIST_GROUPS, api_version, error_code=R.error(E.none), groups=tuple(listed))
+            ctx, R.make(ApiKey.LIST_GROUPS, api_version, error_code=R.error(NONE), groups=tuple(listed))
         )

@@ -25,6 +25,12 @@ from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import parse as P
 from replay.coordinator import responses as R
 from replay.coordinator.classic import ClassicGroupManager
+from replay.coordinator.codes import (
+    GROUP_ID_NOT_FOUND,
+    NON_EMPTY_GROUP,
+    NONE,
+    UNKNOWN_SERVER_ERROR,
+)
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.offsets import OffsetMetadataManager
@@ -77,7 +83,8 @@ class GroupCoordinator:
         self.classic.cleanup_action = self._cleanup_group_metadata
         classic, offsets = self.classic, self.offsets
         self.routes: dict[int, Route] = {}
-        self._route_by_type: dict[type[Any], Route] = {}
+        # Per kio request class: (parse, handle, by_group, route), unpacked once per request.
+        self._route_by_type: dict[type[Any], tuple[Callable[[Any, int], Any], Handler, bool, Route]] = {}
         for route in (
             Route(ApiKey.JOIN_GROUP, 0, 9, P.join_group, classic.join_group, True, _join_error),
             Route(ApiKey.SYNC_GROUP, 0, 5, P.sync_group, classic.sync_group, True, _sync_error),
@@ -150,20 +157,26 @@ class GroupCoordinator:
         concurrently; firing them first keeps runs deterministic)."""
         classic = self.classic
         classic.fire_due(now_ms)
-        request_type = type(request)
-        route = self._route_by_type.get(request_type)
-        if route is None:
-            api_key = int(request_type.__api_key__)
-            route = self.routes.get(api_key)
-            if route is None:
-                raise UnsupportedRequest(f"api_key {api_key} is not a group coordinator API")
-            self._route_by_type[request_type] = route
+        served = self._route_by_type.get(type(request))
+        if served is None:
+            served = self._resolve(type(request))
+        parse, handler, by_group, route = served
         try:
-            parsed = route.parse(request, context.api_version)
-            route.handle(context, parsed, classic.groups.get(parsed.group_id) if route.by_group else None)
+            parsed = parse(request, context.api_version)
+            handler(context, parsed, classic.groups.get(parsed.group_id) if by_group else None)
         except Exception as exc:
             self._request_failed(route, context, exc)
-        return classic.take_outputs()
+        out = classic._out
+        classic._out = []
+        return out
+
+    def _resolve(self, request_type: type[Any]) -> tuple[Callable[[Any, int], Any], Handler, bool, Route]:
+        api_key = int(request_type.__api_key__)
+        route = self.routes.get(api_key)
+        if route is None:
+            raise UnsupportedRequest(f"api_key {api_key} is not a group coordinator API")
+        served = self._route_by_type[request_type] = (route.parse, route.handle, route.by_group, route)
+        return served
 
     def advance(self, now_ms: int) -> list[Output]:
         """Fire every timer due at or before `now_ms`."""
@@ -193,7 +206,7 @@ class GroupCoordinator:
         classic.fault(where, exc)
         if route.error_response is None:
             raise CoordinatorFault(f"{where}: {type(exc).__name__}: {exc}", classic.take_outputs()) from exc
-        classic._respond(ctx, route.error_response(ctx.api_version, E.unknown_server_error))
+        classic._respond(ctx, route.error_response(ctx.api_version, UNKNOWN_SERVER_ERROR))
 
     # --- FindCoordinator ---------------------------------------------------------------------
     def _find_coordinator(
@@ -201,7 +214,7 @@ class GroupCoordinator:
     ) -> None:
         """FindCoordinator: this coordinator serves every group (and transactional id)."""
         cfg = self.config
-        none = R.error(E.none)
+        none = R.error(NONE)
         api_version = ctx.api_version
         if request.batched:
             coordinator_cls = R.nested(ApiKey.FIND_COORDINATOR, api_version, "Coordinator")
@@ -243,16 +256,16 @@ class GroupCoordinator:
             consumer_code = self.consumer.delete_group(group_id)  # a KIP-848 group of that id
             if consumer_code is not None:
                 code = consumer_code
-                if code == E.none:
+                if code == NONE:
                     self.offsets.delete_group(group_id)
             elif group is None or group.is_in(GroupState.DEAD):
-                code = E.group_id_not_found
+                code = GROUP_ID_NOT_FOUND
             elif group.is_in(GroupState.EMPTY):
                 self.offsets.delete_group(group_id)
                 classic._delete_group(group, "DeleteGroups")
-                code = E.none
+                code = NONE
             else:
-                code = E.non_empty_group
+                code = NON_EMPTY_GROUP
             results.append(result_cls(group_id=group_id, error_code=R.error(code)))
         classic._respond(ctx, R.make(ApiKey.DELETE_GROUPS, ctx.api_version, results=tuple(results)))
 

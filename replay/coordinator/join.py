@@ -6,9 +6,20 @@ updateStaticMemberThenRebalanceOrCompleteJoin)."""
 
 from __future__ import annotations
 
-from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import parse as P
 from replay.coordinator import responses as R
+from replay.coordinator.codes import (
+    COORDINATOR_NOT_AVAILABLE,
+    FENCED_INSTANCE_ID,
+    GROUP_MAX_SIZE_REACHED,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT,
+    MEMBER_ID_REQUIRED,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+    UNKNOWN_SERVER_ERROR,
+)
 from replay.coordinator.group import ClassicGroup, Member, Protocols
 from replay.coordinator.rebalance import Rebalancing
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
@@ -29,14 +40,14 @@ class JoinGroupHandling(Rebalancing):
             _,
         ) = request
         if not group_id:
-            self._join_error(ctx, member_id, E.invalid_group_id)
+            self._join_error(ctx, member_id, INVALID_GROUP_ID)
             return
         if not (
             self.config.group_min_session_timeout_ms
             <= session_timeout_ms
             <= self.config.group_max_session_timeout_ms
         ):
-            self._join_error(ctx, member_id, E.invalid_session_timeout)
+            self._join_error(ctx, member_id, INVALID_SESSION_TIMEOUT)
             return
         is_unknown_member = member_id == UNKNOWN_MEMBER
         refused = self.consumer_groups.classic_join_error(group_id) if self.consumer_groups else None
@@ -45,13 +56,13 @@ class JoinGroupHandling(Rebalancing):
             return
         if group is None:
             if not is_unknown_member:
-                self._join_error(ctx, member_id, E.unknown_member_id)
+                self._join_error(ctx, member_id, UNKNOWN_MEMBER_ID)
                 return
             group = self._create_group(group_id)
 
         if not self._accept_joining_member(group, member_id):
             group.remove(member_id)
-            self._join_error(ctx, UNKNOWN_MEMBER, E.group_max_size_reached)
+            self._join_error(ctx, UNKNOWN_MEMBER, GROUP_MAX_SIZE_REACHED)
         elif is_unknown_member:
             self._join_new_member(
                 ctx,
@@ -102,10 +113,10 @@ class JoinGroupHandling(Rebalancing):
     ) -> None:
         """GroupCoordinator.doNewMemberJoinGroup / GroupMetadataManager.classicGroupJoinNewMember."""
         if group.is_in(GroupState.DEAD):
-            self._join_error(ctx, UNKNOWN_MEMBER, E.coordinator_not_available)
+            self._join_error(ctx, UNKNOWN_MEMBER, COORDINATOR_NOT_AVAILABLE)
             return
         if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
-            self._join_error(ctx, UNKNOWN_MEMBER, E.inconsistent_group_protocol)
+            self._join_error(ctx, UNKNOWN_MEMBER, INCONSISTENT_GROUP_PROTOCOL)
             return
         new_member_id = self._generate_member_id(ctx.client_id, group_instance_id)
         if group_instance_id is not None:
@@ -141,7 +152,7 @@ class JoinGroupHandling(Rebalancing):
                 self._now_ms + session_timeout_ms,
                 lambda now: self._expire_heartbeat(group_id, new_member_id),
             )
-            self._join_error(ctx, new_member_id, E.member_id_required)
+            self._join_error(ctx, new_member_id, MEMBER_ID_REQUIRED)
         else:
             self._add_member_and_rebalance(
                 ctx,
@@ -167,16 +178,16 @@ class JoinGroupHandling(Rebalancing):
     ) -> None:
         """GroupCoordinator.doCurrentMemberJoinGroup / classicGroupJoinExistingMember."""
         if group.is_in(GroupState.DEAD):
-            self._join_error(ctx, member_id, E.coordinator_not_available)
+            self._join_error(ctx, member_id, COORDINATOR_NOT_AVAILABLE)
             return
         if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
-            self._join_error(ctx, member_id, E.inconsistent_group_protocol)
+            self._join_error(ctx, member_id, INCONSISTENT_GROUP_PROTOCOL)
             return
         if group.is_pending_member(member_id):
             if group_instance_id is not None:
                 # Kafka throws IllegalStateException here (-> UNKNOWN_SERVER_ERROR); a pending
                 # member is always dynamic.
-                self._join_error(ctx, member_id, E.unknown_server_error)
+                self._join_error(ctx, member_id, UNKNOWN_SERVER_ERROR)
                 return
             self._add_member_and_rebalance(
                 ctx,
@@ -190,8 +201,8 @@ class JoinGroupHandling(Rebalancing):
             )
             return
         code = self._validate_member(group, member_id, group_instance_id)
-        if code != E.none:
-            if code == E.fenced_instance_id:
+        if code != NONE:
+            if code == FENCED_INSTANCE_ID:
                 self._fenced(group, member_id, group_instance_id, "join-group")
             self._join_error(ctx, member_id, code)
             return
@@ -241,7 +252,7 @@ class JoinGroupHandling(Rebalancing):
                 else:
                     self._respond(ctx, self._join_result(ctx.api_version, group, member, leader_view=False))
             case _:
-                self._join_error(ctx, member_id, E.unknown_member_id)
+                self._join_error(ctx, member_id, UNKNOWN_MEMBER_ID)
 
     def _add_member_and_rebalance(
         self,
@@ -294,10 +305,10 @@ class JoinGroupHandling(Rebalancing):
         # replaceStaticMember fences a duplicate that is parked in JoinGroup or SyncGroup.
         parked_join = group.take_join(old)
         if parked_join is not None:
-            self._join_error(parked_join, old_member_id, E.fenced_instance_id)
+            self._join_error(parked_join, old_member_id, FENCED_INSTANCE_ID)
         parked_sync = group.take_sync(old)
         if parked_sync is not None:
-            self._respond(parked_sync, R.sync_group(parked_sync.api_version, E.fenced_instance_id))
+            self._respond(parked_sync, R.sync_group(parked_sync.api_version, FENCED_INSTANCE_ID))
         if parked_join is not None or parked_sync is not None:
             self._fenced(group, old_member_id, group_instance_id, "replaced while parked")
         self.timers.cancel(heartbeat_key(group.group_id, old_member_id))
@@ -322,7 +333,7 @@ class JoinGroupHandling(Rebalancing):
                         is_leader = group.is_leader(new_member_id)
                         response = R.join_group(
                             ctx.api_version,
-                            E.none,
+                            NONE,
                             member_id=new_member_id,
                             generation_id=group.generation_id,
                             protocol_type=group.protocol_type,
@@ -336,7 +347,7 @@ class JoinGroupHandling(Rebalancing):
                         # not assign (its assignment would not be propagated by a Stable group).
                         response = R.join_group(
                             ctx.api_version,
-                            E.none,
+                            NONE,
                             member_id=new_member_id,
                             generation_id=group.generation_id,
                             protocol_type=group.protocol_type,

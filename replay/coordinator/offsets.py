@@ -16,6 +16,18 @@ from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import parse as P
 from replay.coordinator import responses as R
 from replay.coordinator.classic import ClassicGroupManager
+from replay.coordinator.codes import (
+    COORDINATOR_NOT_AVAILABLE,
+    FENCED_INSTANCE_ID,
+    GROUP_ID_NOT_FOUND,
+    GROUP_SUBSCRIBED_TO_TOPIC,
+    ILLEGAL_GENERATION,
+    INVALID_GROUP_ID,
+    NON_EMPTY_GROUP,
+    NONE,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+)
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.runtime import UNKNOWN_MEMBER
@@ -51,7 +63,7 @@ class OffsetMetadataManager:
         manager = self.groups
         api_version = ctx.api_version
         group_id, generation_id, member_id, group_instance_id, by_id, topics = request
-        code = E.none
+        code = NONE
         consumer_group = self.consumer_groups is not None and self.consumer_groups.is_consumer_group(group_id)
         if consumer_group:  # ConsumerGroup.validateOffsetCommit: the member epoch, not a generation
             assert self.consumer_groups is not None
@@ -63,25 +75,25 @@ class OffsetMetadataManager:
                 group = manager._create_group(group_id)
             elif api_version >= 9 and manager.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR:
                 # OffsetMetadataManager.validateOffsetCommit: v9+ says GROUP_ID_NOT_FOUND.
-                code = E.group_id_not_found
+                code = GROUP_ID_NOT_FOUND
             else:
-                code = E.illegal_generation
-        if group is not None and code == E.none:
+                code = ILLEGAL_GENERATION
+        if group is not None and code == NONE:
             code = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
-            if code == E.none:
+            if code == NONE:
                 match group.state:
                     case GroupState.STABLE | GroupState.PREPARING_REBALANCE:
                         member = group.members[member_id]
                         manager._schedule_heartbeat(group, member, member.session_timeout_ms)
                     case GroupState.COMPLETING_REBALANCE:
-                        code = E.rebalance_in_progress
+                        code = REBALANCE_IN_PROGRESS
                     case _:
                         pass
-            elif code == E.fenced_instance_id:
+            elif code == FENCED_INSTANCE_ID:
                 manager._fenced(group, member_id, group_instance_id, "offset-commit")
         topic_cls = R.nested(ApiKey.OFFSET_COMMIT, api_version, "OffsetCommitResponseTopic")
         partition_cls = R.nested(ApiKey.OFFSET_COMMIT, api_version, "OffsetCommitResponsePartition")
-        keep = code == E.none and (group is not None or consumer_group)
+        keep = code == NONE and (group is not None or consumer_group)
         stored = self.offsets.setdefault(group_id, {}) if keep else None
         now_ms = manager._now_ms
         answered = []
@@ -106,24 +118,24 @@ class OffsetMetadataManager:
     ) -> E:
         """ClassicGroup.validateOffsetCommit (non-transactional)."""
         if group.is_in(GroupState.DEAD):
-            return E.coordinator_not_available
+            return COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.is_in(GroupState.EMPTY):
-            return E.none
+            return NONE
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER or group_instance_id is not None:
             code = self.groups._validate_member(group, member_id, group_instance_id)
-            if code == E.none and generation_id != group.generation_id:
-                code = E.illegal_generation
+            if code == NONE and generation_id != group.generation_id:
+                code = ILLEGAL_GENERATION
             return code
         if not group.is_in(GroupState.EMPTY):
-            return E.unknown_member_id
-        return E.none
+            return UNKNOWN_MEMBER_ID
+        return NONE
 
     # --- OffsetFetch -------------------------------------------------------------------------
     def fetch_offsets(self, ctx: RequestContext, request: P.OffsetFetch, group: ClassicGroup | None) -> None:
         """GroupCoordinator.handleFetchOffsets: committed offsets regardless of the group state
         (-1 when none); v8+ batches groups."""
         api_version = ctx.api_version
-        none = R.error(E.none)
+        none = R.error(NONE)
         if request.batched:
             group_cls = R.nested(ApiKey.OFFSET_FETCH, api_version, "OffsetFetchResponseGroup")
             groups = tuple(
@@ -157,7 +169,7 @@ class OffsetMetadataManager:
             wanted = list(by_topic.items())
         else:
             wanted = requested.topics
-        none = R.error(E.none)
+        none = R.error(NONE)
         out = []
         for topic, partitions in wanted:
             entries = []
@@ -189,12 +201,12 @@ class OffsetMetadataManager:
         cleanupGroupMetadata on the group, which removes an Empty group left without offsets."""
         manager = self.groups
         api_version = ctx.api_version
-        group_error = E.none
+        group_error = NONE
         partition_errors: list[tuple[str, int, E]] = []
         if not request.group_id:
-            group_error = E.invalid_group_id
+            group_error = INVALID_GROUP_ID
         elif group is None or group.is_in(GroupState.DEAD):
-            group_error = E.group_id_not_found
+            group_error = GROUP_ID_NOT_FOUND
         elif group.is_in(GroupState.EMPTY) or group.protocol_type == "consumer":
             stored = self.offsets.get(group.group_id, {})
             empty = group.is_in(GroupState.EMPTY)
@@ -202,10 +214,10 @@ class OffsetMetadataManager:
                 subscribed = not empty and group.is_subscribed_to_topic(topic)
                 for partition in partitions:
                     if subscribed:
-                        partition_errors.append((topic, partition, E.group_subscribed_to_topic))
+                        partition_errors.append((topic, partition, GROUP_SUBSCRIBED_TO_TOPIC))
                     else:
                         stored.pop((topic, partition), None)
-                        partition_errors.append((topic, partition, E.none))
+                        partition_errors.append((topic, partition, NONE))
             if not stored:
                 self.offsets.pop(group.group_id, None)
             if (
@@ -215,7 +227,7 @@ class OffsetMetadataManager:
             ):
                 manager._delete_group(group, "OffsetDelete removed its last offsets")
         else:
-            group_error = E.non_empty_group
+            group_error = NON_EMPTY_GROUP
         topic_cls = R.nested(ApiKey.OFFSET_DELETE, api_version, "OffsetDeleteResponseTopic")
         partition_cls = R.nested(ApiKey.OFFSET_DELETE, api_version, "OffsetDeleteResponsePartition")
         by_topic: dict[str, list[Any]] = {}

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import responses as R
+from replay.coordinator.codes import (
+    NONE,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+)
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.runtime import (
     UNKNOWN_MEMBER,
@@ -33,7 +37,7 @@ class Rebalancing(CoordinatorRuntime):
         members = group.current_member_metadata() if leader_view and group.is_leader(member.member_id) else []
         return R.join_group(
             api_version,
-            E.none,
+            NONE,
             member_id=member.member_id,
             generation_id=group.generation_id,
             protocol_type=group.protocol_type,
@@ -49,7 +53,7 @@ class Rebalancing(CoordinatorRuntime):
     def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
         """GroupCoordinator.prepareRebalance."""
         if group.is_in(GroupState.COMPLETING_REBALANCE):
-            self._reset_and_propagate_assignment_error(group, E.rebalance_in_progress)
+            self._reset_and_propagate_assignment_error(group, REBALANCE_IN_PROGRESS)
         group.pending_sync_members.clear()
         self.timers.cancel(sync_key(group.group_id))
         was_empty = group.is_in(GroupState.EMPTY)
@@ -203,7 +207,7 @@ class Rebalancing(CoordinatorRuntime):
         a parked SyncGroup is not answered (Kafka drops the callback with the member)."""
         parked = group.take_join(member)
         if parked is not None:
-            self._join_error(parked, UNKNOWN_MEMBER, E.unknown_member_id)
+            self._join_error(parked, UNKNOWN_MEMBER, UNKNOWN_MEMBER_ID)
         self._event(kind, group, member, reason=reason)
         group.remove(member.member_id)
         self.timers.cancel(heartbeat_key(group.group_id, member.member_id))
@@ -235,7 +239,7 @@ class Rebalancing(CoordinatorRuntime):
 
     def _propagate_assignment(self, group: ClassicGroup, code: int) -> None:
         """GroupCoordinator.propagateAssignment: answer every parked SyncGroup, restart its heartbeat."""
-        ok = code == E.none
+        ok = code == NONE
         for member in group.members.values():
             if ok:
                 self._event(GroupEventKind.GENERATION_COMPLETED, group, member, assignment=member.assignment)

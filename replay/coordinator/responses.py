@@ -20,11 +20,16 @@ from proxy.wire.entities import fields_of, nested_of
 from proxy.wire.errors import ErrorCode
 
 ZERO_THROTTLE: Any = i32Timedelta.parse(datetime.timedelta(0))
-_ERRORS: dict[int, ErrorCode] = {int(code.value): code for code in ErrorCode}
+# ErrorCode by value + 1 (-1 is UNKNOWN_SERVER_ERROR). A list, not a dict: hashing an enum member
+# runs Enum.__hash__ in Python, indexing with one is C (IntEnum's __index__); the handlers pass
+# ErrorCode members, and a Heartbeat looked one up twice.
+_ERRORS: list[ErrorCode] = [ErrorCode.unknown_server_error] * (max(int(c.value) for c in ErrorCode) + 2)
+for _code in ErrorCode:
+    _ERRORS[int(_code.value) + 1] = _code
 
 
 def error(code: int) -> ErrorCode:
-    return _ERRORS[code]
+    return _ERRORS[code + 1]
 
 
 _fields = fields_of
@@ -71,7 +76,7 @@ def _join_constructor(api_version: int) -> Any:
         if protocol_name is None and not nullable_name:
             protocol_name = ""
         values: dict[str, Any] = {
-            "error_code": _ERRORS[code],
+            "error_code": _ERRORS[code + 1],
             "generation_id": generation_id,
             "protocol_name": protocol_name,
             "leader": leader,
@@ -124,7 +129,7 @@ def _sync_constructor(api_version: int) -> Any:
     has_protocol = "protocol_type" in names
 
     def construct(code: int, assignment: bytes, protocol_type: str | None, protocol_name: str | None) -> Any:
-        values: dict[str, Any] = {"error_code": _ERRORS[code], "assignment": assignment}
+        values: dict[str, Any] = {"error_code": _ERRORS[code + 1], "assignment": assignment}
         if has_throttle:
             values["throttle_time"] = ZERO_THROTTLE
         if has_protocol:
@@ -148,10 +153,18 @@ def sync_group(
     return _sync_constructor(api_version)(error_code, assignment, protocol_type, protocol_name)
 
 
-@lru_cache(maxsize=256)
+_HEARTBEATS: dict[int, list[Any]] = {}
+
+
 def heartbeat(api_version: int, error_code: int) -> Any:
     """HeartbeatResponse; entities are frozen, so one instance per (version, error) is shared."""
-    return make(12, api_version, error_code=error(error_code))
+    by_code = _HEARTBEATS.get(api_version)
+    if by_code is None:
+        by_code = _HEARTBEATS[api_version] = [None] * len(_ERRORS)
+    response = by_code[error_code + 1]
+    if response is None:
+        response = by_code[error_code + 1] = make(12, api_version, error_code=error(error_code))
+    return response
 
 
 def leave_group(

@@ -16,6 +16,11 @@ from typing import Any
 
 from proxy.wire.errors import ErrorCode as E
 from replay.coordinator import responses as R
+from replay.coordinator.codes import (
+    FENCED_INSTANCE_ID,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+)
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.timers import KeyedTimers
@@ -198,11 +203,11 @@ class CoordinatorRuntime:
         if group_instance_id is not None:
             current = group.static_members.get(group_instance_id)
             if current is None:
-                return E.unknown_member_id
+                return UNKNOWN_MEMBER_ID
             if current != member_id:
-                return E.fenced_instance_id
-            return E.none
-        return E.none if member_id in group.members else E.unknown_member_id
+                return FENCED_INSTANCE_ID
+            return NONE
+        return NONE if member_id in group.members else UNKNOWN_MEMBER_ID
 
     def _fenced(self, group: ClassicGroup, member_id: str, group_instance_id: str | None, why: str) -> None:
         current = group.static_members.get(group_instance_id or "")
@@ -218,7 +223,7 @@ class CoordinatorRuntime:
                 client_id=member.client_id if member else "",
                 protocol_type=group.protocol_type,
                 protocol_name=group.protocol_name,
-                error_code=int(E.fenced_instance_id),
+                error_code=int(FENCED_INSTANCE_ID),
                 reason=why,
             )
         )
