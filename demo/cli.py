@@ -187,7 +187,8 @@ def _record(args: argparse.Namespace, paths: DemoPaths, steps: Steps) -> Any:
     broker = None
     proxy = None
     try:
-        with download_progress(args.progress == "on", "fetching jars") as progress:
+        spinner = args.progress == "on" and sys.stderr.isatty()  # a log gets the step lines only
+        with download_progress(spinner, "fetching jars") as progress:
             if args.bootstrap is None:
                 with steps.step(f"starting Kafka {args.kafka_version} (no initial rebalance delay)"):
                     broker = start_broker(
