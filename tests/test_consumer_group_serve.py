@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from harness.admin import create_topic
 from harness.maven import client_libs
 from proxy.wire.errors import ErrorCode
 
@@ -254,3 +255,68 @@ def test_java_4_3_consumer_protocol_members_on_serve(
     finally:
         a.stop()
         b.stop()
+
+
+def _first_error(consumer: Consumer, others: list[Consumer], timeout_s: float) -> KafkaError | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        for other in others:
+            other.poll(0)
+        if message is not None and message.error() is not None:
+            return message.error()
+    return None
+
+
+def _protocol_clash(bootstrap: str) -> tuple[int, int]:
+    """(ConsumerGroupHeartbeat epoch 0 on a live classic group, classic JoinGroup on a live
+    consumer group): the error codes the coordinator at `bootstrap` answers."""
+    from replay.coordinator.consumer import HeartbeatRequest
+    from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
+    from tests.test_consumer_group_differential import KafkaConnection
+
+    suffix = time.time_ns()
+    classic_group, consumer_group = f"clash-classic-{suffix}", f"clash-consumer-{suffix}"
+    classic = _consumer(bootstrap, classic_group, "classic-member", protocol="classic")
+    modern = _consumer(bootstrap, consumer_group, "consumer-member")
+    try:
+        _held([classic], 60)
+        _held([modern], 60)
+        connection = KafkaConnection(bootstrap)
+        try:
+            request = HeartbeatRequest(
+                classic_group,
+                "intruder",
+                0,
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_names=("orders",),
+                owned={},
+            )
+            upgrade = heartbeat_response_from_kio(connection.call(heartbeat_to_kio(request))).error_code
+        finally:
+            connection.close()
+        intruder = _consumer(bootstrap, consumer_group, "classic-intruder", protocol="classic")
+        try:
+            refused = _first_error(intruder, [classic, modern], 30)
+        finally:
+            with contextlib.suppress(KafkaException):
+                intruder.close()
+        assert refused is not None
+        return upgrade, refused.code()
+    finally:
+        classic.close()
+        modern.close()
+
+
+def test_protocol_clashes_answer_as_kafka_4_3_with_migration_disabled(serve: str, broker_factory) -> None:
+    """The reference does not model the online migration yet and answers as Kafka 4.3.1 does with
+    group.consumer.migration.policy=disabled: a consumer-protocol join on a live classic group gets
+    GROUP_ID_NOT_FOUND (validateOnlineUpgrade), a classic join on a consumer group gets
+    INCONSISTENT_GROUP_PROTOCOL (throwIfClassicMemberCannotJoinConsumerGroup)."""
+    broker = broker_factory("4.3.1", extra_config={"group.consumer.migration.policy": "disabled"})
+    existing = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30).topics
+    if "orders" not in existing:  # the topic name serve has
+        create_topic(broker.bootstrap, "orders", TOPIC_PARTITIONS)
+    kafka = _protocol_clash(broker.bootstrap)
+    reference = _protocol_clash(serve)
+    assert kafka == reference == (ErrorCode.group_id_not_found, ErrorCode.inconsistent_group_protocol)

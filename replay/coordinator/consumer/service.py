@@ -18,6 +18,10 @@ Kafka 4.3.1 (org.apache.kafka:kafka-group-coordinator:4.3.1) is the spec:
   Deviation: an OLDER member epoch is refused (STALE_MEMBER_EPOCH); Kafka 4.3 accepts it for the
   partitions assigned at or before that epoch (per-partition assignment epochs, not modelled).
 - ModernGroup.asListedGroup for ListGroups (protocol type "consumer", group type "consumer").
+
+In short, until the migration is modelled the reference answers protocol clashes as Kafka 4.3.1
+with group.consumer.migration.policy=disabled (tests/test_consumer_group_serve.py checks both
+answers against such a broker), not as the default `bidirectional`.
 """
 
 from __future__ import annotations
