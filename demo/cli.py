@@ -221,7 +221,8 @@ def _replay(
 ) -> list[tuple[str, Any]]:
     """Step 3: every scenario against the reference and (unless --no-live) a fresh broker."""
     from proxy.capture.reader import read_capture
-    from replay.cli import run_progress
+    from replay.brokers import group_settings
+    from replay.cli import run_progress, speed_warning
     from replay.events import write_jsonl
     from replay.live import replay_broker_version
     from replay.plan import build_plan, recorded_events
@@ -231,6 +232,9 @@ def _replay(
     if capture.damage:
         steps.note(f"capture damaged ({capture.damage}); replaying what was read")
     plan = build_plan(capture, "demo")
+    delay_ms = group_settings(plan.group_settings).initial_rebalance_delay_ms
+    if not args.no_live and args.speed > 1 and delay_ms > 0:  # a --bootstrap broker's settings
+        steps.note(speed_warning(args.speed, delay_ms))
     results: list[tuple[str, Any]] = []
     for scenario in scenarios:
         targets = "the reference" + ("" if args.no_live else f" and Kafka {args.kafka_version}")

@@ -292,3 +292,16 @@ def test_progress_is_plain_lines_without_a_terminal_and_paths_are_the_callers(
     assert all(line.startswith("cap reference: ") for line in lines), lines
     assert "\x1b[" not in err
     assert (caller / "events" / "events.jsonl").stat().st_size > 0
+
+
+def test_a_live_replay_faster_than_recorded_warns_when_the_broker_delays_rebalances(
+    dynamic_capture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The capture header says nothing, so Kafka's 3 s initial delay applies: at --speed 4 the
+    broker's real-time timers and the compressed schedule disagree, and the user is told so."""
+    argv = ["replay", str(dynamic_capture), "--against", "127.0.0.1:9", "--out", str(tmp_path), "--progress"]
+    assert group_replay([*argv, "off", "--speed", "4"]) == 2  # nothing listens on port 9
+    err = capsys.readouterr().err
+    assert "--speed 4 compresses the recorded gaps" in err and "initial rebalance delay 3000 ms" in err
+    assert group_replay([*argv, "off", "--speed", "1"]) == 2
+    assert "compresses" not in capsys.readouterr().err
