@@ -48,6 +48,8 @@ from replay.coordinator.consumer.wire import (
 NOT_COORDINATOR = ErrorCode.not_coordinator
 COORDINATOR_LOAD_IN_PROGRESS = ErrorCode.coordinator_load_in_progress
 COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
+pytestmark = pytest.mark.integration  # real brokers; the 4.0.1 build and the timeout waits are slow
+
 SESSION_TIMEOUT_MS = 10_000  # small enough to wait for in a test, large enough for a slow machine
 BROKER_CONFIG = {
     "group.consumer.assignment.interval.ms": "0",
@@ -409,8 +411,14 @@ SCENARIOS: dict[str, tuple[dict[str, int], str | None, list[tuple[Any, ...]]]] =
 LATE = {"topic-created-after-subscribing": 3}
 
 
-@pytest.mark.parametrize(("kafka_version", "behaviour"), BUILDS, ids=[v for v, _ in BUILDS])
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize(
+    ("kafka_version", "behaviour"),
+    [pytest.param(v, b, id=v, marks=[pytest.mark.slow] if v != "4.3.1" else []) for v, b in BUILDS],
+)
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.slow] if "timeout" in n else []) for n in sorted(SCENARIOS)],
+)
 def test_reference_matches_kafka(
     name: str, kafka_version: str, behaviour: ConsumerGroupBehaviour, broker_factory, make_topic
 ) -> None:

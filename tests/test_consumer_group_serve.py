@@ -223,6 +223,7 @@ def java_member_classes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     return out, libs
 
 
+@pytest.mark.integration
 def test_java_4_3_consumer_protocol_members_on_serve(
     serve: str, java_member_classes: tuple[Path, Path]
 ) -> None:
@@ -308,6 +309,8 @@ def _protocol_clash(bootstrap: str) -> tuple[int, int]:
         modern.close()
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_protocol_clashes_answer_as_kafka_4_3_with_migration_disabled(serve: str, broker_factory) -> None:
     """The reference does not model the online migration yet and answers as Kafka 4.3.1 does with
     group.consumer.migration.policy=disabled: a consumer-protocol join on a live classic group gets

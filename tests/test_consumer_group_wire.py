@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1 import request as heartbeat_request
@@ -115,6 +116,7 @@ def _settle(consumers: list[Consumer], partitions: int, timeout_s: float = 60.0)
     raise AssertionError(f"the group did not settle: {held}")
 
 
+@pytest.mark.integration
 def test_real_consumer_protocol_clients_recorded_through_the_proxy(
     broker_factory, make_topic, tmp_path: Path, capsys
 ) -> None:
