@@ -84,6 +84,11 @@ def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
     pairs = [ex for ex in client_exchanges if ex.request.api_key in (*GROUP_APIS, OFFSET_COMMIT)]
     software_by_conn = _client_software_by_connection(client_exchanges)
     if not pairs:
+        if any(ex.request.api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT for ex in client_exchanges):
+            raise ReplayInputError(
+                f"{session_id}: the capture holds a KIP-848 consumer-protocol group "
+                "(ConsumerGroupHeartbeat); replay drives classic groups (JoinGroup/SyncGroup) only"
+            )
         raise ReplayInputError(f"{session_id}: the capture holds no group requests")
     t0 = min(ex.request.ts_ns for ex in pairs)
     decoded: list[tuple[Any, Any, Any]] = []

@@ -1,0 +1,100 @@
+"""The capture corpus (fixtures/captures): real clients recorded through the proxy in front of real
+Kafka brokers (`python -m tests.support.corpus record`). No broker is needed here.
+
+- the manifest lists every file, with the checksum of the bytes in the repository;
+- every capture reads cleanly (`group-replay capture show`, each RPC decoded);
+- an as-recorded replay against the reference coordinator reproduces the recorded rebalances
+  (issue 17's done-when), and the manifest's count is what the capture says;
+- the validator compares every capture's recorded run with its reference replay in one Spark job.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from group_replay import main as group_replay
+from proxy.capture.reader import read_capture
+from replay.events import EventName, RebalanceEvent
+from replay.plan import ReplayInputError, build_plan, recorded_events
+from replay.run import replay_reference
+from tests.support.corpus import CORPUS_DIR, MANIFEST, Entry, capture_files, load_manifest, sha256_of
+
+ENTRIES = load_manifest()
+IDS = [Path(e.file).stem for e in ENTRIES]
+CLASSIC = [e for e in ENTRIES if e.protocol == "classic"]
+CONSUMER = [e for e in ENTRIES if e.protocol == "consumer"]
+
+
+def rebalances(events: list[RebalanceEvent] | tuple[RebalanceEvent, ...]) -> int:
+    return sum(e.event == EventName.REBALANCE_STARTED for e in events)
+
+
+def test_every_capture_is_in_the_manifest_with_its_checksum() -> None:
+    on_disk = capture_files()
+    assert on_disk, "the corpus is empty"
+    assert sorted(e.file for e in ENTRIES) == on_disk
+    assert len({e.file for e in ENTRIES}) == len(ENTRIES)
+    wrong = [e.file for e in ENTRIES if sha256_of(CORPUS_DIR / e.file) != e.sha256]
+    assert wrong == [], f"checksum differs (re-record, or `python -m tests.support.corpus manifest`): {wrong}"
+    assert all((CORPUS_DIR / e.file).stat().st_size == e.bytes for e in ENTRIES)
+
+
+def test_the_manifest_describes_the_matrix() -> None:
+    """Every row says who recorded what against which broker; the corpus spans clients, brokers
+    and stories (a static bounce, a dynamic rolling restart, a mixed group)."""
+    raw = json.loads((CORPUS_DIR / MANIFEST).read_text(encoding="utf-8"))
+    assert set(raw["captures"][0]) == set(Entry.__dataclass_fields__)
+    for entry in ENTRIES:
+        assert entry.client and entry.client_version and entry.scenario and entry.members > 0
+        assert Path(entry.file).name.startswith(f"kafka-{entry.broker}--{entry.client}--{entry.story}")
+        assert entry.protocol in ("classic", "consumer")
+        # the CI job replays the top directory: every classic capture, no consumer-protocol one
+        assert ("/" in entry.file) == (entry.protocol == "consumer")
+    assert {e.broker for e in ENTRIES} >= {"3.9.2", "4.3.1"}
+    assert {e.story for e in ENTRIES} >= {"static-bounce", "dynamic-rolling", "mixed"}
+    assert len({e.client for e in ENTRIES}) >= 4
+    total = sum(e.bytes for e in ENTRIES)
+    assert total < 8_000_000, f"the corpus grew to {total} bytes"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_capture_reads_cleanly(entry: Entry, capsys: pytest.CaptureFixture[str]) -> None:
+    path = CORPUS_DIR / entry.file
+    capture = read_capture(path)
+    assert capture.damage is None
+    assert capture.group_settings is not None and capture.group_settings.broker_version
+    assert group_replay(["capture", "show", "--format", "jsonl", str(path)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert rows and not [r for r in rows if "decode_error" in r]
+    group_apis = {"JoinGroup", "SyncGroup", "Heartbeat"}
+    if entry.protocol == "consumer":
+        group_apis = {"ConsumerGroupHeartbeat"}
+    assert {r["api"] for r in rows} >= group_apis
+
+
+@pytest.mark.parametrize("entry", CLASSIC, ids=[Path(e.file).stem for e in CLASSIC])
+def test_as_recorded_replay_reproduces_the_recorded_rebalances(entry: Entry) -> None:
+    plan = build_plan(read_capture(CORPUS_DIR / entry.file), Path(entry.file).stem)
+    recorded = recorded_events(plan)
+    assert rebalances(recorded) == entry.recorded_rebalances
+    assert len(plan.scripts) == entry.members
+    replayed = replay_reference(plan).events
+    assert rebalances(replayed) == entry.recorded_rebalances
+    assert {e.member_key for e in replayed} == {s.member_key for s in plan.scripts}
+
+
+@pytest.mark.parametrize("entry", CONSUMER, ids=[Path(e.file).stem for e in CONSUMER])
+def test_a_consumer_protocol_capture_is_refused_by_replay_with_a_reason(
+    entry: Entry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Replay drives classic members only: a KIP-848 capture is an input error naming why (the
+    CLI exits 2), not a traceback and not an empty pass. Its epochs are in the manifest."""
+    assert entry.recorded_rebalances >= 2 and entry.members >= 3  # formed, and b came back
+    path = CORPUS_DIR / entry.file
+    with pytest.raises(ReplayInputError, match="KIP-848 consumer-protocol group"):
+        build_plan(read_capture(path), path.stem)
+    assert group_replay(["replay", str(path), "--out", str(tmp_path), "--progress", "off"]) == 2
+    assert "KIP-848" in capsys.readouterr().err
