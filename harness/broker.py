@@ -690,6 +690,10 @@ class Cluster:
     def node(self, node_id: int) -> Broker:
         return self.brokers[node_id - 1]
 
+    def listener_bootstrap(self, name: str) -> str:
+        """Every running node's `name` listener (SSL, SASL_SSL, ...), comma-separated."""
+        return ",".join(b.listener_bootstrap(name) for b in self.brokers if b.is_running())
+
     def node_for_port(self, port: int) -> Broker:
         for broker in self.brokers:
             if broker.plan.port == port:
@@ -747,6 +751,7 @@ def start_cluster(
     heap_mb: int = DEFAULT_HEAP_MB,
     ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
     progress: ProgressCallback | None = None,
+    secure_listeners: tuple[SecureListener, ...] = (),
 ) -> Cluster:
     """Start `size` KRaft nodes that form one cluster; returns when every node answers ApiVersions.
 
@@ -760,7 +765,14 @@ def start_cluster(
     settings = {**CLUSTER_SETTINGS} if size >= 3 else {}
     settings |= extra_config or {}
     plans = [
-        plan_broker(kafka_version, new_coordinator, settings, heap_mb=heap_mb, progress=progress)
+        plan_broker(
+            kafka_version,
+            new_coordinator,
+            settings,
+            heap_mb=heap_mb,
+            progress=progress,
+            secure_listeners=secure_listeners,
+        )
         for _ in range(size)
     ]
     if plans[0].line.mode is not Mode.KRAFT:

@@ -139,14 +139,17 @@ def secure_broker(broker_factory: BrokerFactory, _secure_setup: _SecureSetup) ->
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster() -> Iterator[Cluster]:
-    """A 3-node Kafka 3.9 KRaft cluster (issue 12), offsets topic replicated to every node.
+def kafka_cluster(_secure_setup: _SecureSetup) -> Iterator[Cluster]:
+    """A 3-node Kafka 3.9 KRaft cluster (issue 12), offsets topic replicated to every node, with
+    the `secure_broker`'s listeners (SSL, MTLS, SASL_PLAINTEXT, SASL_SSL) on every node.
     A test that kills a node restarts it (`Cluster.restart`) before it ends."""
     reason = missing_tools()
     if reason:
         pytest.skip(f"cannot run Kafka brokers: {reason}")
     try:
-        cluster = start_cluster(KAFKA_39, 3, new_coordinator=False, progress=None)
+        cluster = start_cluster(
+            KAFKA_39, 3, new_coordinator=False, progress=None, secure_listeners=_secure_setup.listeners
+        )
     except (BrokerError, MavenError) as exc:
         pytest.fail(f"could not start a Kafka cluster: {exc}", pytrace=False)
     yield cluster

@@ -116,3 +116,42 @@ def test_group_follows_its_coordinator_when_its_broker_is_killed(kafka_cluster, 
     # proxy opened connections to more than the bootstrap broker.
     upstreams = {c.upstream for c in read_capture(path).connections.values()}
     assert len(upstreams) >= 2 and all(parse_hostport(u)[0] == "127.0.0.1" for u in upstreams if u)
+
+
+def test_a_sasl_ssl_cluster_through_the_proxy(kafka_cluster, _secure_setup, tmp_path: Path) -> None:
+    """The issue's production setup: three brokers with SASL_SSL listeners, the proxy with TLS on
+    both legs in front of one of them, a group of real clients logging in with SCRAM-SHA-512 and
+    moving data; every broker is reached through the proxy and the capture holds no secret."""
+    from tests.conftest import SASL_USERS
+    from tests.test_proxy_record_scope import MESSAGES, produce_and_consume
+    from tests.test_proxy_sasl import _Proxy, _secrets_absent
+
+    ca = _secure_setup.ca
+    proxy_cert = ca.issue("proxy-cluster", tmp_path)
+    topic = f"cluster-sasl-{os.getpid()}"
+    _create_topic(kafka_cluster.bootstrap, topic, 3)
+    path = tmp_path / "cluster-sasl.pcapng"
+    proxy = _Proxy(
+        kafka_cluster.node(1).listener_bootstrap("SASL_SSL"), path,
+        "--client-tls-cert", str(proxy_cert.cert), "--client-tls-key", str(proxy_cert.key),
+        "--upstream-tls-ca", str(ca.cert),
+    )  # fmt: skip
+    user, password = SASL_USERS[1]
+    settings = {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(ca.cert),
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+    try:
+        seen = produce_and_consume(proxy.bootstrap, topic, f"cluster-sasl-{os.getpid()}", settings)
+    finally:
+        output = proxy.stop()
+    assert seen == MESSAGES
+    capture = read_capture(path)
+    assert capture.damage is None
+    upstream_ports = {parse_hostport(c.upstream)[1] for c in capture.connections.values() if c.upstream}
+    node_ports = {parse_hostport(b.listener_bootstrap("SASL_SSL"))[1] for b in kafka_cluster.brokers}
+    assert upstream_ports <= node_ports and len(upstream_ports) >= 2, (upstream_ports, node_ports)
+    _secrets_absent(path, output)
