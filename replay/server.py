@@ -48,6 +48,7 @@ from replay.coordinator import (
     RequestContext,
     Respond,
 )
+from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
 
 log = logging.getLogger("group_replay.coordinator")
 
@@ -100,11 +101,14 @@ class ReferenceServer:
         topics: dict[str, int],
         events_out: IO[str] | None = None,
         auto_create_partitions: int = 1,
+        consumer_config: ConsumerGroupConfig | None = None,
     ) -> None:
         self.config = config
         self.coordinator = GroupCoordinator(config)
         self.topics = dict(topics)
         self.coordinator.consumer.use_topics(self.topics)  # consumer groups see the topics made here
+        if consumer_config is not None:
+            self.coordinator.consumer.coordinator.config = consumer_config
         self.auto_create_partitions = auto_create_partitions
         self.events_out = events_out
         self.connections: dict[int, _Connection] = {}
@@ -504,8 +508,9 @@ async def serve(
     topics: dict[str, int],
     events_out: IO[str] | None = None,
     ready: IO[str] | None = None,
+    consumer_config: ConsumerGroupConfig | None = None,
 ) -> None:
-    server = ReferenceServer(config, topics, events_out)
+    server = ReferenceServer(config, topics, events_out, consumer_config=consumer_config)
     bound_host, bound_port = await server.start(host, port)
     if ready is not None:
         ready.write(json.dumps({"event": "listening", "host": bound_host, "port": bound_port}) + "\n")
@@ -549,6 +554,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--group-max-size", type=int, default=2**31 - 1, help="Kafka's setting (default: no limit)"
     )
+    s.add_argument(
+        "--consumer-group-behaviour",
+        choices=[b.value for b in ConsumerGroupBehaviour],
+        default=ConsumerGroupBehaviour.KAFKA_4_3.value,
+        help="which Kafka build's KIP-848 consumer group rules to follow (default %(default)s)",
+    )
+    s.add_argument(
+        "--consumer-group-session-timeout-ms",
+        type=int,
+        default=45_000,
+        help="Kafka's group.consumer.session.timeout.ms (default %(default)s)",
+    )
+    s.add_argument(
+        "--consumer-group-assignment-interval-ms",
+        type=int,
+        default=1000,
+        help="Kafka 4.3's group.consumer.assignment.interval.ms (default %(default)s)",
+    )
     s.add_argument("--events", type=Path, help="append the coordinator's group events here (JSON Lines)")
     s.add_argument("--log-level", default="WARNING", help="Python logging level (default %(default)s)")
     return parser
@@ -577,7 +600,22 @@ def main(argv: list[str]) -> int:
     )
     events_out = args.events.open("a", encoding="utf-8") if args.events else None
     try:
-        asyncio.run(serve(args.host, args.port, config, topics, events_out, ready=sys.stdout))
+        consumer_config = ConsumerGroupConfig(
+            behaviour=ConsumerGroupBehaviour(args.consumer_group_behaviour),
+            session_timeout_ms=args.consumer_group_session_timeout_ms,
+            assignment_interval_ms=args.consumer_group_assignment_interval_ms,
+        )
+        asyncio.run(
+            serve(
+                args.host,
+                args.port,
+                config,
+                topics,
+                events_out,
+                ready=sys.stdout,
+                consumer_config=consumer_config,
+            )
+        )
     except KeyboardInterrupt:
         return 0
     except OSError as exc:

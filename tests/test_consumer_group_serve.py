@@ -323,3 +323,34 @@ def test_protocol_clashes_answer_as_kafka_4_3_with_migration_disabled(serve: str
     kafka = _protocol_clash(broker.bootstrap)
     reference = _protocol_clash(serve)
     assert kafka == reference == (ErrorCode.group_id_not_found, ErrorCode.inconsistent_group_protocol)
+
+
+def test_serve_follows_kafka_4_0_rules_when_asked() -> None:
+    """`--consumer-group-behaviour 4.0`: a new group's first member gets epoch 1 (4.0.1's groups
+    start at 0), where 4.3's rules give 2."""
+    from replay.coordinator.consumer import HeartbeatRequest
+    from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
+    from tests.test_consumer_group_differential import KafkaConnection
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "group_replay", "coordinator", "serve", "--port", "0", "--topics", "orders:2",
+         "--consumer-group-behaviour", "4.0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        port = json.loads(process.stdout.readline())["port"]
+        connection = KafkaConnection(f"127.0.0.1:{port}")
+        try:
+            request = HeartbeatRequest(
+                "g40", "m1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("orders",), owned={}
+            )
+            answer = heartbeat_response_from_kio(connection.call(heartbeat_to_kio(request)))
+        finally:
+            connection.close()
+        assert (answer.error_code, answer.member_epoch) == (ErrorCode.none, 1)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
