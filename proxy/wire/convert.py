@@ -298,7 +298,10 @@ def _offset_fetch_response(
             losses.append(FieldLoss("groups", len(groups), f"v{dst} carries exactly one group"))
         group, _ = _read(groups[0]) if groups else ({"topics": (), "error_code": ErrorCode.none}, {})
         values["topics"] = group["topics"]
-        values["error_code"] = group["error_code"]
+        if dst >= 2:  # the top-level ErrorCode is "versions": "2-7" in OffsetFetchResponse.json
+            values["error_code"] = group["error_code"]
+        elif group["error_code"] != ErrorCode.none:
+            losses.append(FieldLoss("groups[0].error_code", group["error_code"], f"absent in v{dst}"))
 
 
 _ADAPTERS: dict[tuple[int, EntityType], _Adapter] = {
