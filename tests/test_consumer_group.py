@@ -525,3 +525,24 @@ def test_kafka_4_0_behaviour_switches() -> None:
     a_row = next(m for m in described.members if m.member_id == "a")
     assert sum(len(p) for p in a_row.assignment.values()) == 2  # the two pending revocation left out
     assert a.beat(300, epoch=0).error_code == FENCED_MEMBER_EPOCH
+
+
+def test_an_empty_consumer_group_is_cleaned_up_like_kafka() -> None:
+    """Through the coordinator's dispatch: when the last member leaves, the periodic group metadata
+    cleanup (offsets.retention.check.interval.ms) deletes the empty consumer group once it holds no
+    offsets (GroupMetadataManager.cleanupGroupMetadata / maybeDeleteGroup), so a long-running
+    `coordinator serve` does not keep every group a client ever named."""
+    from replay.coordinator import CoordinatorConfig, GroupCoordinator, RequestContext
+    from replay.coordinator.consumer.wire import heartbeat_to_kio
+
+    coordinator = GroupCoordinator(CoordinatorConfig(offsets_retention_check_interval_ms=1000))
+    coordinator.consumer.use_topics({"t": 2})
+    context = RequestContext(1, "client", "/127.0.0.1", 1, 7)
+    join = HeartbeatRequest("g", "m1", 0, rebalance_timeout_ms=1000, subscribed_topic_names=("t",), owned={})
+    (answer,) = coordinator.handle(10, context, heartbeat_to_kio(join))
+    assert int(answer.response.member_epoch) == 2
+    (left,) = coordinator.handle(20, context, heartbeat_to_kio(HeartbeatRequest("g", "m1", -1)))
+    assert int(left.response.error_code) == 0 and coordinator.consumer.is_consumer_group("g")
+    assert coordinator.next_deadline() == 1000  # the cleanup, scheduled when the group emptied
+    coordinator.advance(1000)
+    assert not coordinator.consumer.is_consumer_group("g") and coordinator.next_deadline() is None

@@ -109,6 +109,7 @@ class GroupCoordinator:
             self._drop_classic_group,
         )
         classic.consumer_groups = offsets.consumer_groups = consumer
+        consumer.coordinator.on_group_empty = lambda _: classic._schedule_cleanup()
         self.register(
             Route(
                 ApiKey.CONSUMER_GROUP_HEARTBEAT,
@@ -294,6 +295,19 @@ class GroupCoordinator:
                 classic._delete_group(group, "empty group without offsets: metadata cleaned up")
             elif group.is_in(GroupState.EMPTY) or group.protocol_type is None:
                 keep_checking = True
+        for group_id in self.consumer.empty_groups():  # maybeDeleteGroup for consumer groups
+            # ConsumerGroup's offset expiration: an empty group's offsets expire `retention_ms`
+            # after their commit.
+            stored = offsets.offsets.get(group_id)
+            if stored:
+                for tp in [tp for tp, o in stored.items() if now_ms - o.commit_ts_ms >= retention_ms]:
+                    del stored[tp]
+                if not stored:
+                    del offsets.offsets[group_id]
+            if offsets.has_offsets(group_id):
+                keep_checking = True
+            else:
+                self.consumer.forget(group_id)
         if keep_checking:
             classic._schedule_cleanup()
 

@@ -33,7 +33,8 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from uuid import UUID
@@ -244,7 +245,10 @@ class ConsumerGroupCoordinator:
     topic_id_overrides: dict[str, UUID] = field(default_factory=dict)
     groups: dict[str, ConsumerGroup] = field(default_factory=dict)
     timers: KeyedTimers = field(default_factory=KeyedTimers)
-    events: list[ConsumerGroupEvent] = field(default_factory=list)
+    # The latest events (bounded: `coordinator serve` runs for as long as clients come).
+    events: deque[ConsumerGroupEvent] = field(default_factory=lambda: deque(maxlen=100_000))
+    # Called with a group id when its last member goes (the runtime schedules its metadata cleanup).
+    on_group_empty: Callable[[str], None] | None = None
     member_id_seed: int = 0x848  # member ids this coordinator makes (v0 joins) are deterministic
     _ids: int = 0
 
@@ -797,6 +801,8 @@ class ConsumerGroupCoordinator:
         self.events.append(
             ConsumerGroupEvent(now_ms, group.group_id, kind, member.member_id, group.group_epoch, why)
         )
+        if not group.members and self.on_group_empty is not None:
+            self.on_group_empty(group.group_id)
 
     def _leave(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:
         """consumerGroupLeave."""

@@ -224,6 +224,14 @@ class ConsumerGroupService:
             return ErrorCode.unknown_member_id
         return ErrorCode.none if member_epoch == member.member_epoch else ErrorCode.stale_member_epoch
 
+    def empty_groups(self) -> list[str]:
+        """Consumer groups without members (GroupMetadataManager.cleanupGroupMetadata deletes
+        those that hold no offsets either: ConsumerGroup.isEmpty)."""
+        return [group_id for group_id, group in self.coordinator.groups.items() if not group.members]
+
+    def forget(self, group_id: str) -> None:
+        self.coordinator.groups.pop(group_id, None)
+
     def delete_group(self, group_id: str) -> ErrorCode | None:
         """DeleteGroups of a consumer group (ConsumerGroup.validateDeleteGroup: only an Empty one;
         the caller deletes its offsets); None when `group_id` is not a consumer group."""
