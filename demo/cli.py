@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--speed",
         type=float,
         default=DEFAULT_SPEED,
-        help="time scale of the live replays (default %(default)s); the broker's own timers stay real, so "
-        "a recording with an initial rebalance delay (--bootstrap) replays faithfully only at 1",
+        help="time scale of the live replays' idle gaps (default %(default)s); the broker's own timers "
+        "stay real, so a run goes at 1x while one of them may be measuring",
     )
     parser.add_argument(
         "--no-live",

@@ -320,13 +320,14 @@ def replay_main(argv: list[str]) -> int:
 
 
 def speed_warning(speed: float, delay_ms: int) -> str:
-    """Why a live run faster than recorded may differ for no reason of the broker's (measured on
-    the demo's capture: at 2x and 4x against a 3 s initial delay the broker fenced a static member
-    the recording never saw; at 1x the live run matched the reference)."""
+    """Why a live run faster than recorded takes longer than the group's time / speed: it goes at
+    1x while a broker timer may be measuring (replay.live.BrokerTimerPace). Compressing those
+    spans too replayed another group (demo's capture: a static member fenced at 2x and 4x against
+    a 3 s initial delay; members gone without LeaveGroup kept 4 x 6 s in the group)."""
     return (
-        f"note: --speed {speed:g} compresses the recorded gaps, but the broker's timers run in real "
-        f"time (initial rebalance delay {delay_ms} ms): a member may rejoin while its JoinGroup is "
-        "still held and be fenced; --speed 1 replays faithfully"
+        f"note: --speed {speed:g} compresses the recorded gaps only where no broker timer runs: the "
+        f"broker's timers are real time (initial rebalance delay {delay_ms} ms, session and rebalance "
+        "timeouts), so the run goes at 1x while one may be measuring"
     )
 
 

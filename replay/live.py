@@ -6,14 +6,22 @@ order, as a broker answers one connection), the ApiVersions probe and the FindCo
 COORDINATOR_NOT_AVAILABLE meanwhile). The differential driver uses the same three.
 
 Each member incarnation has its own connection (a restarted process reconnects). Versions are
-clamped to what the broker advertises in ApiVersions, as a client negotiates them. Time is a
-`ScaledClock`: recorded and scenario times are divided by `speed`; the broker's own timeouts
-(session, rebalance) are real, so a large speed shortens gaps but not those waits.
+clamped to what the broker advertises in ApiVersions, as a client negotiates them.
+
+Time is a `ScaledClock` whose rate `BrokerTimerPace` sets: the broker's own timers (session
+expiry, the initial rebalance delay, rebalance and sync waits) run in real time, so a span of
+group time a broker timer measures is replayed at 1x and only the idle gaps between them are
+compressed `speed` times. Compressing everything (as this shell did before) replays another
+group: at 4x a member that stopped without LeaveGroup stayed in the group four times longer than
+recorded (Kafka's 6 s session timeout became 24 s of group time), and Kafka 3.9.2 gave one or two
+fewer rebalances than the reference under the demo's scenarios; with a 3 s initial rebalance delay
+a static member rejoined while its first JoinGroup was still held and was fenced.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 from collections.abc import Callable
 from typing import Any
@@ -24,9 +32,9 @@ from proxy.wire import FrameDecoder, decode_response, encode_request, request_sc
 from proxy.wire.apis import ApiKey
 from replay.brokers import broker_version_label, group_settings, run_name_for
 from replay.clock import ScaledClock
-from replay.member import JOIN, LEAVE, from_values
+from replay.member import HEARTBEAT, JOIN, LEAVE, SYNC, MemberState, from_values
 from replay.plan import ReplayPlan
-from replay.run import InFlight, Runner, RunResult, not_run_result
+from replay.run import InFlight, Runner, RunResult, Seat, not_run_result
 from replay.scenario import AS_RECORDED, Scenario
 
 CLIENT_ID = "group-replay"
@@ -170,11 +178,140 @@ class TcpTransport:
         self.connections.clear()
 
 
+PACE_MARGIN_MS = 2_000
+"""Real time kept beyond a broker timer's computed end (a loaded machine answers late)."""
+
+
+class BrokerTimerPace:
+    """When a live run must go at 1x: while one of the broker's own timers may be measuring group
+    time. Sans-IO: the runner tells it what its members did and asks `hold_until(now_ms, seats)`.
+
+    The timers are those of Kafka's classic group coordinator (GroupMetadataManager,
+    group-coordinator module: `classicGroupHeartbeatKey` / `rescheduleClassicGroupMemberHeartbeat`,
+    `classicGroupJoinKey` with `InitialDelayedJoin`'s delay extended while members keep joining,
+    up to the rebalance timeout, `classicGroupSyncKey`, the pending-member timeout of KIP-394).
+    The run holds 1x while
+    - a member is joining or syncing (its JoinGroup may be held by the initial delay or the
+      rebalance timeout, its SyncGroup by the sync timeout; a pending member is being timed);
+    - a member stopped without LeaveGroup and the broker may still count it: from one heartbeat
+      interval before its scheduled stop (its last heartbeat starts the broker's session timer)
+      until its session timeout after the stop or after the last rebalance (a join completion
+      reschedules every member's heartbeat expiry), unless its static successor replaced it;
+    - a LeaveGroup was sent and not every running member has been answered since (the others
+      learn of the rebalance from their next heartbeat while the broker's rebalance timer runs).
+    Heartbeats of live members may go faster than recorded: a broker never penalises that."""
+
+    def __init__(self, margin_ms: int = PACE_MARGIN_MS) -> None:
+        self.margin_ms = margin_ms
+        self._stops: list[int] = []  # group times of scheduled stops (sorted)
+        self._lookahead_ms = 0  # the longest heartbeat interval: how early a stop is held
+        # seat -> (instance id it had, group time until which the broker may count it, session timeout)
+        self._zombies: dict[int, tuple[str | None, int, int]] = {}
+        self._leave_ms: int | None = None  # last LeaveGroup answered at (group ms); -1 while in flight
+        self._leaves_in_flight = 0
+        self._confirmed: dict[int, int] = {}  # seat -> send time of its last answered heartbeat / sync
+
+    def expect_stop(self, at_ms: int, heartbeat_interval_ms: int) -> None:
+        bisect.insort(self._stops, at_ms)
+        self._lookahead_ms = max(self._lookahead_ms, heartbeat_interval_ms)
+
+    def stopped(self, now_ms: int, seat: Seat, was_running: bool, sent_leave: bool) -> None:
+        if was_running and not sent_leave:
+            timeout = seat.member.join_settings.session_timeout_ms  # type: ignore[attr-defined]
+            self._zombies[id(seat)] = (seat.member.instance_id, now_ms + timeout + self.margin_ms, timeout)
+        if sent_leave:
+            self._leaves_in_flight += 1
+
+    def started(self, seat: Seat) -> None:
+        zombie = self._zombies.get(id(seat))
+        if zombie is not None and zombie[0] is not None and zombie[0] == seat.member.instance_id:
+            del self._zombies[id(seat)]  # a static member's new incarnation replaces the old one
+
+    def answered(self, now_ms: int, seat: Seat, flight: InFlight, response: Any) -> None:
+        api_key = flight.send.api_key
+        if api_key == LEAVE:
+            self._leaves_in_flight = max(0, self._leaves_in_flight - 1)
+            self._leave_ms = now_ms
+        elif api_key in (HEARTBEAT, SYNC) and int(response.error_code) == 0:
+            self._confirmed[id(seat)] = flight.sent_ms
+
+    def hold_until(self, now_ms: int, seats: list[Seat]) -> int | None:
+        """None: no broker timer can be measuring, compress. Else group ms until which 1x holds
+        by time alone (`now_ms` when only a member's answer can end it)."""
+        busy = self._leaves_in_flight > 0
+        for seat in seats:
+            member = seat.member
+            if member.state is MemberState.STABLE:
+                if self._leave_ms is not None and self._confirmed.get(id(seat), -1) < self._leave_ms:
+                    busy = True
+            elif member.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+                busy = True
+        holds: list[int] = []
+        for key, (instance_id, until_ms, timeout) in list(self._zombies.items()):
+            if busy:
+                until_ms = max(until_ms, now_ms + timeout + self.margin_ms)
+                self._zombies[key] = (instance_id, until_ms, timeout)
+            if until_ms <= now_ms:
+                del self._zombies[key]
+            else:
+                holds.append(until_ms)
+        index = bisect.bisect_left(self._stops, now_ms)
+        del self._stops[:index]
+        if self._stops and self._stops[0] <= now_ms + self._lookahead_ms + self.margin_ms:
+            holds.append(self._stops[0])
+        if busy:
+            return now_ms
+        return min(holds) if holds else None
+
+
 class LiveRunner(Runner):
-    def __init__(self, plan: ReplayPlan, scenario: Scenario, run: str, speed: float) -> None:
+    """The runner in scaled real time; `pace` (None: compress everything, unfaithful) keeps 1x
+    while a broker timer may be measuring."""
+
+    def __init__(
+        self, plan: ReplayPlan, scenario: Scenario, run: str, speed: float, *, paced: bool = True
+    ) -> None:
         super().__init__(plan, scenario, run)
         self.clock = ScaledClock(speed)  # type: ignore[assignment]
         self.last_ms = 0
+        self.pace = BrokerTimerPace() if paced and speed > 1 else None
+        self._lookahead_ms = max((s.script.heartbeat_interval_ms for s in self.seats), default=0)
+
+    # -- what the pace needs to know ----------------------------------------------------------
+    def at(self, when_ms: int, action: Callable[[int, Any], None], arg: Any = None) -> None:
+        super().at(when_ms, action, arg)
+        if self.pace is not None and action in (self.stop, self.restart, self._bounce):
+            self.pace.expect_stop(when_ms, self._lookahead_ms)
+
+    def stop(self, now_ms: int, arg: tuple[Seat, bool]) -> None:
+        seat, leave = arg
+        was_running = seat.member.state in (
+            MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE, MemberState.STABLE,
+        )  # fmt: skip
+        sent_leave = was_running and leave and bool(seat.member.member_id)  # type: ignore[attr-defined]
+        super().stop(now_ms, arg)
+        if self.pace is not None:
+            self.pace.stopped(now_ms, seat, was_running, sent_leave)
+
+    def start(self, now_ms: int, seat: Seat) -> None:
+        super().start(now_ms, seat)
+        if self.pace is not None:
+            self.pace.started(seat)
+
+    def deliver(self, now_ms: int, flight: InFlight, response: Any) -> None:
+        if self.pace is not None:
+            self.pace.answered(now_ms, flight.seat, flight, response)
+        super().deliver(now_ms, flight, response)
+
+    def update_pace(self, now_ms: int) -> int | None:
+        """Set the clock's rate for what comes next; the group ms at which to ask again."""
+        if self.pace is None:
+            return None
+        hold = self.pace.hold_until(now_ms, self.seats)
+        clock = self.clock
+        assert isinstance(clock, ScaledClock)
+        clock.set_rate(1.0 if hold is not None else clock.speed)
+        return hold if hold is not None and hold > now_ms else None
 
     def clamp_versions(self, ranges: dict[int, tuple[int, int]]) -> None:
         """A client picks min(its version, the broker's newest); below the broker's oldest it cannot run."""
@@ -236,9 +373,10 @@ class LiveRunner(Runner):
                     self.last_ms = max(self.last_ms, now_ms)
                     action(self.last_ms, arg)
                     continue
+                ask_again_ms = self.update_pace(now_ms)
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    next_ms = min(heap[0][0] if heap else end_ms, end_ms)
+                    next_ms = min(heap[0][0] if heap else end_ms, end_ms, ask_again_ms or end_ms)
                     await asyncio.wait_for(wake.wait(), timeout=clock.seconds_until(next_ms))
                 if progress is not None and now_ms - last_report >= 1_000:
                     last_report = now_ms
