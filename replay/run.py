@@ -259,7 +259,7 @@ class Runner:
         if rolling is not None:
             first_bounce = settle_ms + rolling.start_ms
             self.window_start_ms = first_bounce
-            count = len(self.seats)
+            count = self._bounced_count()
             if count * rolling.interval_ms > MAX_ROLLING_SPAN_MS:
                 hours = count * rolling.interval_ms / 3_600_000
                 raise ValueError(
@@ -273,6 +273,23 @@ class Runner:
         else:
             self.window_start_ms = settle_ms if scenario is not AS_RECORDED else 0
         return end_ms + scenario.duration_ms
+
+    def _bounced_count(self) -> int:
+        """How many seats the rolling bounce can take (its time counts only theirs). A `leader`
+        condition is decided at the first bounce: the seats only a `leader: true` selector could
+        take count once per group (one leader each); never below what `_bounce_order` yields."""
+        rolling = self.scenario.rolling
+        assert rolling is not None
+        if not rolling.members:
+            return len(self.seats)
+        certain = 0
+        leader_groups: set[str] = set()  # one leader per group
+        for seat in self.seats:
+            if any(_could_match(m, seat, is_leader=False) for m in rolling.members):
+                certain += 1
+            elif any(_could_match(m, seat, is_leader=True) for m in rolling.members):
+                leader_groups.add(seat.script.group_id)
+        return certain + len(leader_groups)
 
     def _bounce_order(self) -> list[Seat]:
         rolling = self.scenario.rolling
@@ -356,13 +373,17 @@ def _instance_id(template: str, script: MemberScript) -> str:
 
 
 def _matches(selector: MemberSelector, seat: Seat) -> bool:
+    return _could_match(selector, seat, is_leader=seat.member.is_leader)
+
+
+def _could_match(selector: MemberSelector, seat: Seat, *, is_leader: bool) -> bool:
     script = seat.script
     return selector.matches(
         client_id=script.client_id,
         ordinal=script.ordinal,
         instance_id=script.group_instance_id,
         member_key=script.member_key,
-        is_leader=seat.member.is_leader,
+        is_leader=is_leader,
     )
 
 

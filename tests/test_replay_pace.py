@@ -124,3 +124,17 @@ def test_a_paced_run_at_4x_is_the_reference_run(demo_plan: ReplayPlan, scenario_
     assert generations(paced.events) == generations(reference.events)
     assert paced.failures == ()
     assert wall_s < paced.simulated_ms / 1000  # the idle gaps were still compressed
+
+
+def test_a_rolling_bounce_lasts_as_long_as_the_seats_it_bounces(demo_plan: ReplayPlan) -> None:
+    """static-leader-bounce bounces the leader only: the run ends one interval after its bounce,
+    not one interval per member (five members: a live run took 118 s of group time, not 58)."""
+    scenario = load_builtin("static-leader-bounce")
+    assert scenario.rolling is not None
+    settle_ms = max(script.sessions[0].start_ms for script in demo_plan.scripts)
+    result = replay_reference(demo_plan, scenario)
+    rolling = scenario.rolling
+    one_bounce = settle_ms + rolling.start_ms + rolling.interval_ms + rolling.downtime_ms
+    assert result.simulated_ms == max(demo_plan.end_ms, one_bounce) + scenario.duration_ms
+    everyone = replay_reference(demo_plan, load_builtin("mixed-static-dynamic-group"))
+    assert everyone.simulated_ms == settle_ms + 10_000 + 5 * 15_000 + 2_000 + scenario.duration_ms
