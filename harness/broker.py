@@ -752,8 +752,14 @@ def start_cluster(
     ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
     progress: ProgressCallback | None = None,
     secure_listeners: tuple[SecureListener, ...] = (),
+    detach: bool = False,
+    work_root: Path | None = None,
 ) -> Cluster:
     """Start `size` KRaft nodes that form one cluster; returns when every node answers ApiVersions.
+
+    `detach=True` leaves the nodes running after this interpreter exits (`group-replay broker start
+    --brokers N`); `work_root` puts node i's config, data and log in `work_root/node-i` (default: a
+    fresh temp dir per node).
 
     Each node is broker and controller (`process.roles=broker,controller`), all are voters of one
     quorum (`controller.quorum.voters`), formatted with one cluster id. Replication settings are
@@ -772,8 +778,9 @@ def start_cluster(
             heap_mb=heap_mb,
             progress=progress,
             secure_listeners=secure_listeners,
+            work_dir=None if work_root is None else work_root / f"node-{index + 1}",
         )
-        for _ in range(size)
+        for index in range(size)
     ]
     if plans[0].line.mode is not Mode.KRAFT:
         raise BrokerError(f"clusters are set up for KRaft lines (3.3+) only, not Kafka {kafka_version}")
@@ -800,11 +807,13 @@ def start_cluster(
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     cwd=plan.work_dir,
-                    preexec_fn=child_preexec(False),
+                    start_new_session=detach,
+                    preexec_fn=child_preexec(detach),
                 )
-            broker = Broker(plan=plan, process=process, owns_work_dir=True)
-            with _LIVE_LOCK:
-                _LIVE.add(broker)
+            broker = Broker(plan=plan, process=process, owns_work_dir=not detach)
+            if not detach:
+                with _LIVE_LOCK:
+                    _LIVE.add(broker)
             brokers.append(broker)
         for broker in brokers:
             _wait_ready(broker.plan, broker.process, ready_timeout_ms)
@@ -815,6 +824,35 @@ def start_cluster(
             shutil.rmtree(plan.work_dir, ignore_errors=True)
         raise
     return Cluster(brokers)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """A detached cluster (`group-replay broker start --brokers N`): its nodes and how to reach it.
+
+    `id` is node 1's pid; `bootstrap` is the client listener of every node (`security` names its
+    protocol); `directory` holds the nodes' work dirs, the certificates and `client_config`
+    (Java client properties) / `librdkafka_config` (librdkafka properties) for that listener."""
+
+    kafka_version: str
+    id: int
+    bootstrap: str
+    security: str
+    plaintext_bootstrap: str
+    directory: str
+    client_config: str
+    librdkafka_config: str
+    started_at_ms: int
+    nodes: tuple[BrokerState, ...]
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterState:
+        data: dict[str, Any] = json.loads(text)
+        nodes = tuple(BrokerState(**node) for node in data.pop("nodes"))
+        return cls(**data, nodes=nodes)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
 
 
 # --- detached brokers: a state file per version under the run dir --------------------------------
@@ -831,6 +869,58 @@ def write_state(state: BrokerState) -> Path:
     tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
     tmp.replace(path)
     return path
+
+
+def cluster_state_path(kafka_version: str) -> Path:
+    return paths.run_dir() / f"cluster-{kafka_version}.json"
+
+
+def cluster_directory(kafka_version: str) -> Path:
+    """Where a detached cluster of this version keeps its nodes, certificates and client configs."""
+    return paths.run_dir() / f"cluster-{kafka_version}"
+
+
+def write_cluster_state(state: ClusterState) -> Path:
+    path = cluster_state_path(state.kafka_version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(state.to_json())
+    tmp.replace(path)
+    return path
+
+
+def find_running_clusters(kafka_version: str | None = None) -> list[ClusterState]:
+    """Clusters started detached whose nodes are (some of them) still alive."""
+    found = []
+    for path in sorted(paths.run_dir().glob("cluster-*.json")):
+        try:
+            state = ClusterState.from_json(path.read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if kafka_version is not None and state.kafka_version != kafka_version:
+            continue
+        if any(pid_alive(node.pid) for node in state.nodes):
+            found.append(state)
+    return found
+
+
+def stop_detached_cluster(state: ClusterState, timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> bool:
+    """SIGTERM every node at once (no node waits for a quorum that is going away), SIGKILL what is
+    left after `timeout_ms`; removes the state file and the cluster's directory."""
+    alive = [node.pid for node in state.nodes if pid_alive(node.pid)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while any(pid_alive(pid) for pid in alive) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in alive:
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    cluster_state_path(state.kafka_version).unlink(missing_ok=True)
+    shutil.rmtree(state.directory, ignore_errors=True)
+    return bool(alive)
 
 
 def pid_alive(pid: int) -> bool:

@@ -3,6 +3,10 @@
 `start` runs the broker detached (it outlives this command) and writes a state file in a state
 directory (`--state-dir`, default `<cache>/run/`) with its pid, ports, bootstrap and data dir;
 `status` and `stop` find it there, and so can any other process (`harness.broker.find_running`).
+`start --brokers N` starts an N-node KRaft cluster the same way (`cluster-<version>.json`, its
+nodes, certificates and client configs in `cluster-<version>/` of the state directory), and
+`--security` gives every node a client listener with TLS and/or SASL (`harness.security`).
+Clusters run as local processes only (no container provider).
 `stop` stops only what `start` started: the broker named by its id (the pid `start` prints), or
 every broker of one state directory; never a broker some other tool or test runs. A broker
 started here uses Kafka's own group settings (`KAFKA_GROUP_DEFAULTS`) unless `--set` says
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import sys
 import time
@@ -22,16 +27,26 @@ from pathlib import Path
 
 from harness import paths
 from harness.broker import (
+    SASL_MECHANISMS,
     BrokerError,
     BrokerState,
+    ClusterState,
+    cluster_directory,
     find_running,
+    find_running_clusters,
+    pid_alive,
     start_broker,
+    start_cluster,
     stop_detached,
+    stop_detached_cluster,
+    write_cluster_state,
     write_state,
 )
-from harness.lines import DEFAULT_KAFKA_VERSION, KAFKA_4X, KAFKA_39, line_for
+from harness.certs import CertError
+from harness.lines import DEFAULT_KAFKA_VERSION, KAFKA_4X, KAFKA_39, Mode, line_for
 from harness.maven import MavenError, missing_tools
 from harness.progress import download_progress
+from harness.security import Security, parse_user, prepare
 
 # Kafka's own defaults for the group settings the harness's quick test settings change
 # (GroupCoordinatorConfig: GROUP_INITIAL_REBALANCE_DELAY_MS_DEFAULT = 3000,
@@ -85,7 +100,37 @@ def _parser() -> argparse.ArgumentParser:
         help="a broker setting (repeatable); group settings default to Kafka's own",
     )
     start.add_argument(
-        "--heap-mb", type=int, default=384, help="the broker JVM's heap in MB (default %(default)s)"
+        "--heap-mb", type=int, default=384, help="each broker JVM's heap in MB (default %(default)s)"
+    )
+    start.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="start an N-node KRaft cluster (3.3+; each node broker and controller, the offsets "
+        "topic replicated to 3 nodes) instead of one broker (default %(default)s)",
+    )
+    start.add_argument(
+        "--security",
+        choices=[str(s) for s in Security],
+        default=str(Security.PLAINTEXT),
+        help="the client listener's security: TLS certificates (a CA, the brokers', and one for a "
+        "TLS proxy) are made in the state dir; prints that listener's bootstrap and writes "
+        "client.properties / librdkafka.properties for it (default %(default)s)",
+    )
+    start.add_argument(
+        "--sasl-mechanism",
+        choices=SASL_MECHANISMS,
+        default="SCRAM-SHA-512",
+        help="with --security sasl_*: the mechanism (default %(default)s)",
+    )
+    start.add_argument(
+        "--user",
+        dest="users",
+        action="append",
+        default=[],
+        metavar="NAME:PASSWORD",
+        help="a SASL user (repeatable; the first goes into the client configs)",
     )
     start.add_argument(
         "--progress", choices=["on", "off"], default="on", help="show jar downloads (default on)"
@@ -141,22 +186,33 @@ def _settings(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _print_table(states: list[BrokerState]) -> None:
+def _print_table(states: list[BrokerState], clusters: list[ClusterState]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="Kafka brokers started by group-replay")
-    for column in ("id", "version", "bootstrap", "coordinator", "up", "data dir"):
+    for column in ("id", "version", "nodes", "bootstrap", "coordinator", "up", "data dir"):
         table.add_column(column)
     now_ms = int(time.time() * 1000)
     for state in states:
         table.add_row(
             str(state.pid),
             state.kafka_version,
+            "1",
             state.bootstrap,
             "new" if state.new_coordinator else "classic",
             f"{(now_ms - state.started_at_ms) // 1000} s",
             state.data_dir,
+        )
+    for cluster in clusters:
+        table.add_row(
+            str(cluster.id),
+            cluster.kafka_version,
+            f"{sum(pid_alive(n.pid) for n in cluster.nodes)}/{len(cluster.nodes)}",
+            f"{cluster.bootstrap} ({cluster.security})",
+            "new" if cluster.nodes[0].new_coordinator else "classic",
+            f"{(now_ms - cluster.started_at_ms) // 1000} s",
+            cluster.directory,
         )
     Console().print(table)
 
@@ -179,37 +235,49 @@ def broker_main(argv: list[str]) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     states = find_running(args.kafka_version)
+    clusters = find_running_clusters(args.kafka_version)
     if args.ids:
         known = {str(state.pid): state for state in states}
-        unknown = [i for i in args.ids if i not in known]
+        known_clusters = {str(cluster.id): cluster for cluster in clusters}
+        unknown = [i for i in args.ids if i not in known and i not in known_clusters]
         if unknown:
-            listed = ", ".join(f"{s.pid} (Kafka {s.kafka_version})" for s in states) or "none"
+            listed = [f"{s.pid} (Kafka {s.kafka_version})" for s in states]
+            listed += [f"{c.id} (Kafka {c.kafka_version}, {len(c.nodes)} nodes)" for c in clusters]
             print(
                 f"group-replay broker: no broker with id {', '.join(unknown)} in {paths.run_dir()} "
-                f"(running: {listed})",
+                f"(running: {', '.join(listed) or 'none'})",
                 file=sys.stderr,
             )
             return 2
-        states = [known[i] for i in args.ids]
-    if not states:
+        states = [known[i] for i in args.ids if i in known]
+        clusters = [known_clusters[i] for i in args.ids if i in known_clusters]
+    if not states and not clusters:
         which = f"Kafka {args.kafka_version}" if args.kafka_version else "broker"
         print(f"no running {which} started from {paths.run_dir()}", file=sys.stderr)
         return 0
     for state in states:
         stop_detached(state)
         print(f"stopped Kafka {state.kafka_version} (id {state.pid}, {state.bootstrap})")
+    for cluster in clusters:
+        stop_detached_cluster(cluster)
+        print(
+            f"stopped Kafka {cluster.kafka_version} cluster of {len(cluster.nodes)} nodes "
+            f"(id {cluster.id}, {cluster.bootstrap})"
+        )
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     states = find_running(args.kafka_version)
+    clusters = find_running_clusters(args.kafka_version)
     if args.format == "json":
         import json
         from dataclasses import asdict
 
-        print(json.dumps([asdict(s) for s in states], indent=2))
-    elif states:
-        _print_table(states)
+        listed = [asdict(s) for s in states] + [{"kind": "cluster", **asdict(c)} for c in clusters]
+        print(json.dumps(listed, indent=2))
+    elif states or clusters:
+        _print_table(states, clusters)
     else:
         print("no running brokers")
     return 0
@@ -243,6 +311,14 @@ def _start(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"group-replay broker: {problem}", file=sys.stderr)
         return 2
+    if args.brokers < 1:
+        print(f"group-replay broker: --brokers {args.brokers}: at least 1", file=sys.stderr)
+        return 2
+    if args.brokers > 1 or args.security != Security.PLAINTEXT:
+        return _start_cluster(args, settings)
+    if args.users:
+        print("group-replay broker: --user is for SASL listeners (--security sasl_*)", file=sys.stderr)
+        return 2
     running = find_running(args.kafka_version)
     if running:
         print(f"Kafka {args.kafka_version} already running at {running[0].bootstrap} (id {running[0].pid})")
@@ -271,6 +347,95 @@ def _start(args: argparse.Namespace) -> int:
     print(
         f"Kafka {broker.kafka_version} id {broker.pid}; state {path}; log {broker.log_path}; "
         f"stop it with `group-replay broker stop {broker.pid}`",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _start_cluster(args: argparse.Namespace, settings: dict[str, str]) -> int:
+    """`start --brokers N` / `--security`: N detached KRaft nodes with the asked client listener."""
+    if args.port is not None:
+        print("group-replay broker: --port is for a single PLAINTEXT broker", file=sys.stderr)
+        return 2
+    try:
+        security = Security(args.security)
+        users = tuple(parse_user(text) for text in args.users)
+        line = line_for(args.kafka_version)
+    except ValueError as exc:
+        print(f"group-replay broker: {exc}", file=sys.stderr)
+        return 2
+    if line.mode is not Mode.KRAFT:
+        print(
+            f"group-replay broker: clusters and secured listeners need a KRaft line (3.3+), not "
+            f"Kafka {args.kafka_version}",
+            file=sys.stderr,
+        )
+        return 2
+    running = find_running_clusters(args.kafka_version)
+    if running:
+        print(
+            f"Kafka {args.kafka_version} cluster already running at {running[0].bootstrap} "
+            f"(id {running[0].id}; client config {running[0].client_config})"
+        )
+        return 0
+    directory = cluster_directory(args.kafka_version)
+    shutil.rmtree(directory, ignore_errors=True)  # leftovers of a cluster that died
+    try:
+        setup = prepare(directory, security, args.sasl_mechanism, users)
+    except ValueError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        print(f"group-replay broker: {exc}", file=sys.stderr)
+        return 2
+    except CertError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        print(f"group-replay broker: cannot make certificates: {exc}", file=sys.stderr)
+        return 1
+    try:
+        with download_progress(
+            args.progress == "on", f"fetching Kafka {args.kafka_version} jars"
+        ) as progress:
+            cluster = start_cluster(
+                args.kafka_version,
+                args.brokers,
+                args.new_coordinator,
+                settings,
+                heap_mb=args.heap_mb,
+                progress=progress,
+                secure_listeners=() if setup.listener is None else (setup.listener,),
+                detach=True,
+                work_root=directory,
+            )
+    except ValueError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        print(f"group-replay broker: {exc}", file=sys.stderr)
+        return 2
+    except (BrokerError, MavenError) as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        print(f"group-replay broker: {exc}", file=sys.stderr)
+        return 1
+    bootstrap = (
+        cluster.bootstrap if setup.listener is None else cluster.listener_bootstrap(setup.listener.name)
+    )
+    state = ClusterState(
+        kafka_version=args.kafka_version,
+        id=cluster.brokers[0].pid,
+        bootstrap=bootstrap,
+        security=str(security),
+        plaintext_bootstrap=cluster.bootstrap,
+        directory=str(directory),
+        client_config=str(setup.client_config),
+        librdkafka_config=str(setup.librdkafka_config),
+        started_at_ms=cluster.brokers[0].started_at_ms,
+        nodes=tuple(broker.state() for broker in cluster.brokers),
+    )
+    path = write_cluster_state(state)
+    print(bootstrap)
+    ca = f"; CA {setup.ca}" if setup.ca else ""
+    print(
+        f"Kafka {args.kafka_version} cluster of {args.brokers} nodes, id {state.id}, {security} "
+        f"listener; client config {setup.client_config} (librdkafka: {setup.librdkafka_config}){ca}; "
+        f"PLAINTEXT (inside) {cluster.bootstrap}; state {path}; stop it with "
+        f"`group-replay broker stop {state.id}`",
         file=sys.stderr,
     )
     return 0
