@@ -11,18 +11,29 @@ outputs, report data, HTML). First, the small-input check: `group-replay validat
 against starting a Spark session and writing one Parquet table, both in fresh processes
 (goal: within 2x). Peak memory: the driver JVM's VmHWM (reset before each job via
 /proc/PID/clear_refs) and this Python process's max RSS. Goal: validate within 3x of the floor.
+
+`--baseline DIR` also runs the job of another checkout (e.g. `git worktree add ../base main`) in
+the same process and Spark session, on the same files, alternating with this checkout's job
+(`--repeats` rounds each; best of each reported), so both are measured under the same load; the
+small-input check runs both too. `--profile` prints each Spark job of every run (from Spark's
+status store: id, duration, tasks, what it was) and keeps them in the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import resource
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Run as `python bench/validator.py`, this file's directory comes first on sys.path and its name
 # would shadow the `validator` package.
@@ -39,6 +50,81 @@ from validator.jobs import ValidateOptions, run_validate  # noqa: E402
 from validator.report.html import render_html  # noqa: E402
 from validator.schemas import READ_SCHEMA  # noqa: E402
 from validator.session import build_session  # noqa: E402
+
+OURS = str(Path(__file__).resolve().parents[1])
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """One checkout's job: its `run_validate`, `render_html` and `build_session` (whose runtime
+    settings are applied to the shared session before each of its runs)."""
+
+    name: str
+    root: str
+    run_validate: Callable[..., Any]
+    render_html: Callable[[Any], str]
+    build_session: Callable[..., Any]
+
+
+def load_checkout(name: str, root: Path) -> Checkout:
+    """Import another checkout's `validator` (and the project packages it imports) under the same
+    module names, keep its functions, then put this checkout's modules back. Its functions keep
+    their own module globals, so both jobs run side by side in one process."""
+    packages = ("validator", "replay", "proxy", "tests", "group_replay")
+
+    def ours(module: str) -> bool:
+        return module.split(".")[0] in packages
+
+    saved = {m: mod for m, mod in sys.modules.items() if ours(m)}
+    for module in saved:
+        del sys.modules[module]
+    sys.path.insert(0, str(root))
+    try:
+        jobs = importlib.import_module("validator.jobs")
+        html = importlib.import_module("validator.report.html")
+        session = importlib.import_module("validator.session")
+        loaded = Checkout(name, str(root), jobs.run_validate, html.render_html, session.build_session)
+        if not Path(jobs.__file__).resolve().is_relative_to(root.resolve()):
+            raise SystemExit(f"--baseline {root}: imported {jobs.__file__} instead")
+    finally:
+        sys.path.remove(str(root))
+        for module in [m for m in sys.modules if ours(m)]:
+            del sys.modules[module]
+        sys.modules.update(saved)
+    return loaded
+
+
+def spark_jobs_since(spark: SparkSession, first_id: int) -> list[dict[str, Any]]:
+    """Spark jobs with id >= first_id from the status store (kept with the UI off too)."""
+    store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
+    jobs = []
+    listed = store.jobsList(None)
+    for i in range(listed.size()):
+        job = listed.apply(i)
+        if job.jobId() < first_id:
+            continue
+        submitted, completed = job.submissionTime(), job.completionTime()
+        duration = (
+            (completed.get().getTime() - submitted.get().getTime()) / 1000
+            if submitted.isDefined() and completed.isDefined()
+            else float("nan")
+        )
+        jobs.append(
+            {
+                "id": int(job.jobId()),
+                "s": round(duration, 2),
+                "tasks": int(job.numTasks()),
+                "stages": int(job.stageIds().size()),
+                "what": str(job.name())[:90],
+            }
+        )
+    return sorted(jobs, key=lambda j: j["id"])
+
+
+def next_job_id(spark: SparkSession) -> int:
+    store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
+    listed = store.jobsList(None)
+    return max((int(listed.apply(i).jobId()) for i in range(listed.size())), default=-1) + 1
 
 
 def jvm_pid(spark: SparkSession) -> int:
@@ -86,43 +172,114 @@ spark.read.parquet(sys.argv[1]).write.mode("overwrite").parquet(sys.argv[2])
 """
 
 
-def small_input(args: argparse.Namespace, path: Path, rows: int, console: Console) -> dict[str, object]:
+def small_input(
+    args: argparse.Namespace, path: Path, rows: int, checkouts: list[Checkout], console: Console
+) -> list[dict[str, object]]:
     """Fresh processes, alternating: (a) start a Spark session and write one Parquet table (the
     events, read back and written once), (b) `group-replay validate` on the same events with
-    --out and --report. Best of `--small-repeats` each. Goal: (b) within 2x of (a)."""
+    --out and --report, once per checkout. Best of `--small-repeats` each. Goal: (b) within 2x of (a)."""
     import subprocess
 
-    floor_runs, job_runs = [], []
+    floor_runs: list[float] = []
+    job_runs: dict[str, list[float]] = {c.name: [] for c in checkouts}
     for _ in range(args.small_repeats):
         with tempfile.TemporaryDirectory(prefix="bench-small-") as tmp:
             script = SMALL_FLOOR.format(master=args.master, driver_memory=args.driver_memory)
             started = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-c", script, str(path), f"{tmp}/one"], check=True, capture_output=True
+                [sys.executable, "-c", script, str(path), f"{tmp}/one"],
+                check=True,
+                capture_output=True,
+                cwd=OURS,
             )
             floor_runs.append(time.perf_counter() - started)
-            command = [sys.executable, "-m", "group_replay", "validate", str(path), "--master", args.master,
-                       "--out", f"{tmp}/tables", "--report", f"{tmp}/report.html",
-                       "--progress", "off"]  # fmt: skip
-            started = time.perf_counter()
-            done = subprocess.run(command, capture_output=True, check=False)
-            job_runs.append(time.perf_counter() - started)
-            if done.returncode not in (0, 1):
-                raise RuntimeError(done.stderr.decode()[-2000:])
-    floor_s, job_s = min(floor_runs), min(job_runs)
+            for checkout in checkouts:
+                command = [sys.executable, "-m", "group_replay", "validate", str(path),
+                           "--master", args.master, "--out", f"{tmp}/{checkout.name}-tables",
+                           "--report", f"{tmp}/report.html", "--progress", "off"]  # fmt: skip
+                started = time.perf_counter()
+                done = subprocess.run(command, capture_output=True, check=False, cwd=checkout.root)
+                job_runs[checkout.name].append(time.perf_counter() - started)
+                if done.returncode not in (0, 1):
+                    raise RuntimeError(done.stderr.decode()[-2000:])
+    floor_s = min(floor_runs)
     console.print(f"small input {rows:,} rows: start+write one table {floor_runs}, validate {job_runs}")
-    return {
-        "rows": rows,
-        "floor_s": round(floor_s, 2),
-        "validate_s": round(job_s, 2),
-        "ratio": round(job_s / floor_s, 2),
-    }
+    return [
+        {
+            "checkout": name,
+            "rows": rows,
+            "floor_s": round(floor_s, 2),
+            "validate_s": round(min(runs), 2),
+            "ratio": round(min(runs) / floor_s, 2),
+        }
+        for name, runs in job_runs.items()
+    ]
 
 
 def timed(fn) -> tuple[float, object]:  # type: ignore[no-untyped-def]
     started = time.perf_counter()
     result = fn()
     return time.perf_counter() - started, result
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def one_job(
+    spark: SparkSession,
+    checkout: Checkout,
+    path: Path,
+    pid: int,
+    master: str,
+    console: Console,
+    profile: bool,
+) -> dict[str, Any]:
+    """One run of a checkout's whole job (with the HTML report) on `path`."""
+    checkout.build_session(master)  # its runtime settings on the shared session
+    out = Path(tempfile.mkdtemp(prefix="bench-validate-"))
+    reset = reset_peak_rss(pid)
+    stages: list[tuple[str, float]] = []
+
+    @contextmanager
+    def stage(name: str):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        yield
+        stages.append((name, time.perf_counter() - started))
+
+    def job() -> object:
+        data = checkout.run_validate(spark, ValidateOptions(inputs=(path,), out_dir=out / "tables"), stage)
+        (out / "report.html").write_text(checkout.render_html(data))
+        return data
+
+    first_job = next_job_id(spark)
+    load_before = load_average()
+    job_s, data = timed(job)
+    jobs = spark_jobs_since(spark, first_job)
+    jvm_peak = peak_rss_mb(pid)
+    shutil.rmtree(out, ignore_errors=True)
+    result = {
+        "checkout": checkout.name,
+        "validate_s": round(job_s, 2),
+        "jvm_peak_rss_mb": round(jvm_peak),
+        "jvm_peak_reset": reset,
+        "comparisons": data.comparisons,  # type: ignore[attr-defined]
+        "failing": data.failing,  # type: ignore[attr-defined]
+        "stages": {name: round(seconds, 2) for name, seconds in stages},
+        "spark_jobs": len(jobs),
+        "load": f"{load_before} -> {load_average()}",
+    }
+    console.print(
+        f"  {checkout.name}: {job_s:.1f}s, {len(jobs)} Spark jobs, load {result['load']}, "
+        f"stages {result['stages']}"
+    )
+    if profile:
+        result["jobs"] = jobs
+        for j in jobs:
+            console.print(
+                f"    job {j['id']:>4} {j['s']:>7.2f}s {j['tasks']:>4} tasks {j['stages']} stages {j['what']}"
+            )
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,73 +291,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--small-rows", type=int, default=1000, help="small-input check (0: skip)")
     parser.add_argument("--small-repeats", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, help="another checkout's root, run in the same process")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each checkout per size (best kept)")
+    parser.add_argument("--profile", action="store_true", help="print every Spark job of every run")
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=160)
     spark = build_session(
         args.master, app_name="group-replay-bench-validator", driver_memory=args.driver_memory
     )
+    checkouts = [Checkout("this", OURS, run_validate, render_html, build_session)]
+    if args.baseline is not None:
+        checkouts.insert(0, load_checkout("baseline", args.baseline))
     pid = jvm_pid(spark)
     small = None
     if args.small_rows:
         small_path, small_rows = ensure_data(spark, args.small_rows, args.data_dir, console)
-        small = small_input(args, small_path, small_rows, console)
+        small = small_input(args, small_path, small_rows, checkouts, console)
     results = []
     for rows in args.rows:
         path, actual = ensure_data(spark, rows, args.data_dir, console)
+        build_session(args.master)
         scan = spark.read.parquet(str(path))
-        every_column = [F.count(c) for c in READ_SCHEMA.fieldNames()]
+        every_column = [F.count(c) for c in READ_SCHEMA.fieldNames() if c in scan.columns]
         count_s, _ = timed(lambda scan=scan: scan.count())
         floor_s, _ = timed(lambda scan=scan, cols=every_column: scan.agg(*cols).collect())
         floor_s2, _ = timed(lambda scan=scan, cols=every_column: scan.agg(*cols).collect())
         floor_s = min(floor_s, floor_s2)  # warm, like the job's own scan
-        out = Path(tempfile.mkdtemp(prefix="bench-validate-"))
-        reset = reset_peak_rss(pid)
-        stages: list[tuple[str, float]] = []
-
-        from contextlib import contextmanager
-
-        @contextmanager
-        def stage(name: str, stages: list[tuple[str, float]] = stages):  # type: ignore[no-untyped-def]
-            started = time.perf_counter()
-            yield
-            stages.append((name, time.perf_counter() - started))
-
-        def job(path: Path = path, out: Path = out) -> object:
-            data = run_validate(spark, ValidateOptions(inputs=(path,), out_dir=out / "tables"), stage)
-            (out / "report.html").write_text(render_html(data))
-            return data
-
-        job_s, data = timed(job)
-        jvm_peak = peak_rss_mb(pid)
-        shutil.rmtree(out, ignore_errors=True)
+        console.print(f"{actual:,} rows: floor {floor_s:.2f}s, count() {count_s:.2f}s, load {load_average()}")
+        runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checkouts}
+        for _ in range(args.repeats):
+            for checkout in checkouts:
+                runs[checkout.name].append(
+                    one_job(spark, checkout, path, pid, args.master, console, args.profile)
+                )
         py_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        results.append(
-            {
-                "rows": actual,
-                "count_s": round(count_s, 2),
-                "floor_scan_s": round(floor_s, 2),
-                "validate_s": round(job_s, 2),
-                "rows_per_s": round(actual / job_s),
-                "floor_rows_per_s": round(actual / floor_s),
-                "ratio_to_floor": round(job_s / floor_s, 2),
-                "jvm_peak_rss_mb": round(jvm_peak),
-                "jvm_peak_reset": reset,
-                "python_peak_rss_mb": round(py_peak),
-                "comparisons": data.comparisons,  # type: ignore[attr-defined]
-                "failing": data.failing,  # type: ignore[attr-defined]
-                "stages": {name: round(seconds, 2) for name, seconds in stages},
-            }
-        )
-        console.print(f"{actual:,} rows: stages {results[-1]['stages']}")
+        for done in runs.values():
+            best = min(done, key=lambda r: r["validate_s"])
+            results.append(
+                {
+                    **best,
+                    "rows": actual,
+                    "count_s": round(count_s, 2),
+                    "floor_scan_s": round(floor_s, 2),
+                    "rows_per_s": round(actual / best["validate_s"]),
+                    "floor_rows_per_s": round(actual / floor_s),
+                    "ratio_to_floor": round(best["validate_s"] / floor_s, 2),
+                    "python_peak_rss_mb": round(py_peak),
+                    "all_runs_s": [r["validate_s"] for r in done],
+                }
+            )
+        if len(checkouts) > 1:
+            same = {(r["comparisons"], r["failing"]) for r in results[-len(checkouts) :]}
+            if len(same) > 1:
+                console.print(f"[red]checkouts disagree: {same}[/]")
 
     table = Table(title=f"validator benchmark ({args.master}, driver {args.driver_memory})")
     for column in (
+        "checkout",
         "rows",
         "count()",
         "floor: scan all columns",
-        "validate job",
+        "validate job (runs)",
         "rows/s",
         "x floor",
+        "Spark jobs",
         "driver JVM peak RSS",
         "Python peak RSS",
         "comparisons (failing)",
@@ -208,24 +362,27 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(column, justify="right")
     for r in results:
         table.add_row(
+            r["checkout"],
             f"{r['rows']:,}",
             f"{r['count_s']:.2f}s",
             f"{r['floor_scan_s']:.2f}s ({r['floor_rows_per_s']:,}/s)",
-            f"{r['validate_s']:.1f}s",
+            f"{r['validate_s']:.1f}s ({', '.join(f'{s:.1f}' for s in r['all_runs_s'])})",
             f"{r['rows_per_s']:,}",
             f"[{'green' if r['ratio_to_floor'] <= 3 else 'red'}]{r['ratio_to_floor']:.1f}x[/]",
+            str(r["spark_jobs"]),
             f"{r['jvm_peak_rss_mb']:,} MB",
             f"{r['python_peak_rss_mb']:,} MB",
             f"{r['comparisons']:,} ({r['failing']:,})",
         )
     console.print(table)
-    if small is not None:
-        colour = "green" if float(small["ratio"]) <= 2 else "red"  # type: ignore[arg-type]
+    for one in small or []:
+        colour = "green" if float(one["ratio"]) <= 2 else "red"  # type: ignore[arg-type]
         console.print(
-            f"small input, {small['rows']:,} rows, fresh processes: validate {small['validate_s']} s vs "
-            f"start Spark + write one Parquet table {small['floor_s']} s = "
-            f"[{colour}]{small['ratio']}x[/] (goal 2x)"
+            f"small input ({one['checkout']}), {one['rows']:,} rows, fresh processes: "
+            f"validate {one['validate_s']} s vs start Spark + write one Parquet table {one['floor_s']} s = "
+            f"[{colour}]{one['ratio']}x[/] (goal 2x)"
         )
+    console.print(f"load average at the end: {load_average()}")
     if args.json:
         args.json.write_text(json.dumps({"small": small, "sizes": results}, indent=2))
     spark.stop()

@@ -221,9 +221,10 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
         flagged = T.flag_bad_rows(read_events(spark, files))
         # Bad rows travel with the good ones and are counted by the same aggregation (keyed by
         # their reason too); only their count is kept from it.
+        # The aggregation's inputs are computed before the shuffle (see transforms.run_inputs).
+        extra = ("bad_reason",)
         runs_all = T.per_run(
-            flagged.select(*USED_COLUMNS, "bad_reason").repartition(partitions, "session_id"),
-            extra_keys=("bad_reason",),
+            T.run_inputs(flagged, extra).repartition(partitions, "session_id"), extra_keys=extra
         ).persist(keep)
         try:
             counts = runs_all.groupBy("bad_reason", "run").agg(F.sum("event_rows").alias("rows")).collect()

@@ -129,10 +129,6 @@ def empty_strings() -> Column:
     return F.array().cast("array<string>")
 
 
-def _members_with(event_name: EventName) -> Column:
-    return F.array_sort(F.collect_set(F.when(F.col("event") == event_name.value, F.col("member_key"))))
-
-
 def _generation(done: Column) -> Callable[[Column, Column], Column]:
     """One completed generation from the run's `generation_completed` reports (sorted by seq).
 
@@ -179,6 +175,66 @@ def _fact(aspect: str, subject: Column | str, ordinal: Column | int, value: Colu
     )
 
 
+RUN_INPUTS: tuple[str, ...] = (
+    "_rebalance_started",
+    "_member",
+    "_fenced",
+    "_expired",
+    "_left",
+    "_member_error",
+    "_not_run",
+    "_join_api_version",
+    "_left_without_instance_id",
+    "_done",
+    "_start",
+)
+"""The columns `run_inputs` adds: each aggregation input of `per_run`, null where it does not apply."""
+
+
+def run_inputs(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
+    """The events reduced to what `per_run` aggregates: the run key, `extra_keys`, `ts_ms`,
+    `skip_assignment`, `client_software` and one column per aggregation input (RUN_INPUTS).
+
+    Why a projection of its own: `collect_list`/`collect_set` run in ObjectHashAggregate, which
+    evaluates its input expressions *interpreted*, row by row (a `when(event = ..., struct(...))`
+    per aggregation and row), while a projection is code-generated. The job applies this before
+    its shuffle by session, so the optimizer cannot fold it back into the aggregation (1M rows:
+    one such `collect_list` 4.8 s -> 0.7 s, bench/README.md).
+    """
+    event = F.col("event")
+    member = F.col("member_key")
+
+    def on(name: EventName, value: Column) -> Column:
+        return F.when(event == name.value, value)
+
+    report = F.struct(
+        "seq", "generation_id", "ts_ms", "member_key", "is_leader", "protocol_name", "assignment"
+    )
+    ran = event != EventName.NOT_RUN.value
+    return events.select(
+        *RUN_KEY,
+        *extra_keys,
+        "ts_ms",
+        "skip_assignment",
+        "client_software",
+        (event == EventName.REBALANCE_STARTED.value).alias("_rebalance_started"),
+        F.when(ran, member).alias("_member"),
+        on(EventName.MEMBER_FENCED, member).alias("_fenced"),
+        on(EventName.MEMBER_EXPIRED, member).alias("_expired"),
+        on(EventName.MEMBER_LEFT, member).alias("_left"),
+        F.when(F.col("error_code") != 0, F.struct("member_key", "error_code")).alias("_member_error"),
+        on(EventName.NOT_RUN, F.coalesce(_optional(events, "detail"), F.lit("no reason given"))).alias(
+            "_not_run"
+        ),
+        F.when(ran, F.col("join_api_version")).alias("_join_api_version"),
+        F.when((event == EventName.MEMBER_LEFT.value) & F.col("group_instance_id").isNull(), member).alias(
+            "_left_without_instance_id"
+        ),
+        on(EventName.GENERATION_COMPLETED, report).alias("_done"),
+        on(EventName.REBALANCE_STARTED, F.struct("seq", "ts_ms")).alias("_start"),
+    )
+
+
 def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
     """One row per (session, scenario, run, group) with everything later stages read, from ONE
     aggregation of the events: the summary columns, `generations` (completed generations in
@@ -188,47 +244,27 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
     The per-generation work is done with higher-order functions on the run's few reports, not
     with more aggregations, windows and joins over all events. `extra_keys` are grouped by as
     well (the job passes `bad_reason`, so bad rows are counted by the same pass: `event_rows`).
+    `events` are raw events or already `run_inputs(events, extra_keys)` (what the job passes,
+    computed before its shuffle).
     """
-    event = F.col("event")
-    report = F.struct(
-        "seq", "generation_id", "ts_ms", "member_key", "is_leader", "protocol_name", "assignment"
-    )
+    if not set(RUN_INPUTS) <= set(events.columns):
+        events = run_inputs(events, extra_keys)
     aggregated = events.groupBy(*RUN_KEY, *extra_keys).agg(
         F.count("*").alias("event_rows"),
-        F.count(F.when(event == EventName.REBALANCE_STARTED.value, True)).alias("rebalances_started"),
-        F.collect_set(F.when(event != EventName.NOT_RUN.value, F.col("member_key"))).alias("member_keys"),
-        _members_with(EventName.MEMBER_FENCED).alias("fenced"),
-        _members_with(EventName.MEMBER_EXPIRED).alias("expired"),
-        _members_with(EventName.MEMBER_LEFT).alias("left"),
-        F.collect_set(F.when(F.col("error_code") != 0, F.struct("member_key", "error_code"))).alias(
-            "member_errors"
-        ),
+        F.count(F.when(F.col("_rebalance_started"), True)).alias("rebalances_started"),
+        F.collect_set("_member").alias("member_keys"),
+        F.array_sort(F.collect_set("_fenced")).alias("fenced"),
+        F.array_sort(F.collect_set("_expired")).alias("expired"),
+        F.array_sort(F.collect_set("_left")).alias("left"),
+        F.collect_set("_member_error").alias("member_errors"),
         F.max("ts_ms").alias("last_ts_ms"),
-        F.max(
-            F.when(
-                event == EventName.NOT_RUN.value,
-                F.coalesce(_optional(events, "detail"), F.lit("no reason given")),
-            )
-        ).alias("not_run_detail"),
-        F.array_sort(
-            F.collect_set(F.when(event != EventName.NOT_RUN.value, F.col("join_api_version")))
-        ).alias("join_api_versions"),
-        F.array_sort(
-            F.collect_set(
-                F.when(
-                    (event == EventName.MEMBER_LEFT.value) & F.col("group_instance_id").isNull(),
-                    F.col("member_key"),
-                )
-            )
-        ).alias("left_without_instance_id"),
+        F.max("_not_run").alias("not_run_detail"),
+        F.array_sort(F.collect_set("_join_api_version")).alias("join_api_versions"),
+        F.array_sort(F.collect_set("_left_without_instance_id")).alias("left_without_instance_id"),
         F.coalesce(F.max(F.col("skip_assignment")), F.lit(False)).alias("skip_assignment_seen"),
         F.collect_set("client_software").alias("client_software"),
-        F.array_sort(F.collect_list(F.when(event == EventName.GENERATION_COMPLETED.value, report))).alias(
-            "done"
-        ),
-        F.array_sort(
-            F.collect_list(F.when(event == EventName.REBALANCE_STARTED.value, F.struct("seq", "ts_ms")))
-        ).alias("starts"),
+        F.array_sort(F.collect_list("_done")).alias("done"),
+        F.array_sort(F.collect_list("_start")).alias("starts"),
     )
     done = F.col("done")
     generation_ids = F.array_distinct(F.transform(done, lambda d: d["generation_id"]))
