@@ -97,6 +97,13 @@ def load_checkout(name: str, root: Path) -> Checkout:
 def spark_jobs_since(spark: SparkSession, first_id: int) -> list[dict[str, Any]]:
     """Spark jobs with id >= first_id from the status store (kept with the UI off too)."""
     store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
+    stage_list = store.stageList(None)
+    stage_cpu: dict[int, float] = {}
+    for i in range(stage_list.size()):
+        stage = stage_list.apply(i)
+        stage_cpu[int(stage.stageId())] = (
+            stage_cpu.get(int(stage.stageId()), 0) + stage.executorRunTime() / 1000
+        )
     jobs = []
     listed = store.jobsList(None)
     for i in range(listed.size()):
@@ -116,6 +123,10 @@ def spark_jobs_since(spark: SparkSession, first_id: int) -> list[dict[str, Any]]
                 "tasks": int(job.numTasks()),
                 "stages": int(job.stageIds().size()),
                 "what": str(job.name())[:90],
+                "task_s_per_stage": [
+                    round(stage_cpu.get(int(job.stageIds().apply(k)), 0.0), 1)
+                    for k in range(job.stageIds().size())
+                ],
             }
         )
     return sorted(jobs, key=lambda j: j["id"])
@@ -277,7 +288,8 @@ def one_job(
         result["jobs"] = jobs
         for j in jobs:
             console.print(
-                f"    job {j['id']:>4} {j['s']:>7.2f}s {j['tasks']:>4} tasks {j['stages']} stages {j['what']}"
+                f"    job {j['id']:>4} {j['s']:>7.2f}s {j['tasks']:>4} tasks {j['stages']} stages, "
+                f"task time per stage {j['task_s_per_stage']} s: {j['what'][:50]}"
             )
     return result
 

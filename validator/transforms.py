@@ -129,6 +129,16 @@ def empty_strings() -> Column:
     return F.array().cast("array<string>")
 
 
+def _let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """`body(value)` with `value` evaluated once per row.
+
+    Higher-order functions run interpreted and Spark does not share a sub-expression used several
+    times inside a lambda: a generation's `filter` of the run's reports was evaluated once per
+    use (seven, plus once per member). Bound to a lambda variable, it is evaluated once.
+    """
+    return F.element_at(F.transform(F.array(value), body), 1)
+
+
 def _generation(done: Column) -> Callable[[Column, Column], Column]:
     """One completed generation from the run's `generation_completed` reports (sorted by seq).
 
@@ -138,6 +148,9 @@ def _generation(done: Column) -> Callable[[Column, Column], Column]:
 
     def build(generation_id: Column, index: Column) -> Column:
         reports = F.filter(done, lambda d: d["generation_id"] == generation_id)
+        return _let(reports, lambda reports: _built(reports, generation_id, index))
+
+    def _built(reports: Column, generation_id: Column, index: Column) -> Column:
         members = F.array_sort(F.array_distinct(F.transform(reports, lambda d: d["member_key"])))
 
         def assignment(member: Column) -> Column:
@@ -148,15 +161,18 @@ def _generation(done: Column) -> Callable[[Column, Column], Column]:
             )
 
         leaders = F.transform(F.filter(reports, lambda d: d["is_leader"]), lambda d: d["member_key"])
-        return F.struct(
-            (index + 1).cast("int").alias("ordinal"),
-            F.array_min(F.transform(reports, lambda d: d["seq"])).alias("first_seq"),
-            generation_id.alias("generation_id"),
-            F.array_min(F.transform(reports, lambda d: d["ts_ms"])).alias("ts_ms"),
-            F.array_min(leaders).alias("leader"),
-            F.size(members).cast("long").alias("members"),
-            F.array_min(F.transform(reports, lambda d: d["protocol_name"])).alias("protocol_name"),
-            F.transform(members, assignment).alias("assignments"),
+        return _let(
+            members,
+            lambda members: F.struct(
+                (index + 1).cast("int").alias("ordinal"),
+                F.array_min(F.transform(reports, lambda d: d["seq"])).alias("first_seq"),
+                generation_id.alias("generation_id"),
+                F.array_min(F.transform(reports, lambda d: d["ts_ms"])).alias("ts_ms"),
+                F.array_min(leaders).alias("leader"),
+                F.size(members).cast("long").alias("members"),
+                F.array_min(F.transform(reports, lambda d: d["protocol_name"])).alias("protocol_name"),
+                F.transform(members, assignment).alias("assignments"),
+            ),
         )
 
     return build
