@@ -31,6 +31,7 @@ from replay.events import EventName, RebalanceEvent
 from replay.member import (
     HEARTBEAT,
     JOIN,
+    LEAVE,
     REQUEST_TIMEOUT_MS,
     ClassicMember,
     Commands,
@@ -226,6 +227,13 @@ class Runner:
         seat, send = flight.seat, flight.send
         if self.recorder is not None and flight.correlation_id >= 0:
             self.recorder("response", now_ms, flight, response)
+        if send.incarnation != seat.member.incarnation and send.api_key != LEAVE:
+            # The process that sent it is gone (stopped, restarted or fenced): its connection is
+            # closed, so no client reads this answer and no capture holds it. Kafka still answers
+            # a dead static member's held JoinGroup with FENCED_INSTANCE_ID when its successor
+            # joins (KIP-345 replaceStaticMember); observing that made the reference "fence"
+            # members the recording never saw. A LeaveGroup is the one answer close() awaits.
+            return
         # The observer derives nothing from a successful heartbeat (replay.observe): skip building
         # the exchange on the hot path.
         if send.api_key != HEARTBEAT or response.error_code != 0:

@@ -16,6 +16,7 @@ static ones gone without LeaveGroup at the end) is replayed under the demo's two
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from pathlib import Path
 from typing import Any
@@ -138,3 +139,34 @@ def test_a_rolling_bounce_lasts_as_long_as_the_seats_it_bounces(demo_plan: Repla
     assert result.simulated_ms == max(demo_plan.end_ms, one_bounce) + scenario.duration_ms
     everyone = replay_reference(demo_plan, load_builtin("mixed-static-dynamic-group"))
     assert everyone.simulated_ms == settle_ms + 10_000 + 5 * 15_000 + 2_000 + scenario.duration_ms
+
+
+@pytest.fixture(scope="module")
+def demo_plan_with_kafka_delay(demo_plan: ReplayPlan) -> ReplayPlan:
+    """The demo's group as if its broker had Kafka's default 3 s initial rebalance delay."""
+    settings = dataclasses.replace(demo_plan.group_settings, initial_rebalance_delay_ms=3_000)
+    return dataclasses.replace(demo_plan, group_settings=settings)
+
+
+def test_a_dead_static_member_is_not_fenced_in_the_reference(demo_plan_with_kafka_delay: ReplayPlan) -> None:
+    """static-confluent restarts (3481 -> 3655 ms) while its first JoinGroup is still held by the
+    3 s delay: Kafka answers the old member FENCED_INSTANCE_ID when the new one joins
+    (replaceStaticMember), but the old process is gone and its connection closed, so no client
+    and no capture sees it. The reference observed that answer and failed `fenced: 0`."""
+    result = replay_reference(demo_plan_with_kafka_delay, load_builtin("mixed-static-dynamic-group"))
+    assert [e for e in result.events if e.event == EventName.MEMBER_FENCED] == []
+    assert result.failures == ()
+
+
+@pytest.mark.parametrize("scenario_name", SCENARIOS)
+def test_with_an_initial_rebalance_delay_a_paced_run_is_the_reference_run(
+    demo_plan_with_kafka_delay: ReplayPlan, scenario_name: str
+) -> None:
+    """The broker holds the first JoinGroups 3 s of real time: unpaced at 2x the run is another
+    group's (one rebalance fewer); paced at 4x it is the reference's."""
+    plan = demo_plan_with_kafka_delay
+    reference = replay_reference(plan, load_builtin(scenario_name))
+    unpaced, _ = simulated_live_run(plan, scenario_name, 2.0, paced=False)
+    paced, _ = simulated_live_run(plan, scenario_name, 4.0, paced=True)
+    assert generations(unpaced.events) != generations(reference.events)
+    assert generations(paced.events) == generations(reference.events)
