@@ -49,6 +49,7 @@ from replay.coordinator import (
     Respond,
 )
 from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
+from replay.coordinator.consumer.group import MigrationPolicy
 
 log = logging.getLogger("group_replay.coordinator")
 
@@ -572,6 +573,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1000,
         help="Kafka 4.3's group.consumer.assignment.interval.ms (default %(default)s)",
     )
+    s.add_argument(
+        "--consumer-group-migration-policy",
+        choices=[p.value for p in MigrationPolicy],
+        default=MigrationPolicy.DISABLED.value,
+        help="Kafka's group.consumer.migration.policy: the online classic <-> consumer group "
+        "conversion (default %(default)s; Kafka's default is bidirectional; downgrade not modelled yet)",
+    )
     s.add_argument("--events", type=Path, help="append the coordinator's group events here (JSON Lines)")
     s.add_argument("--log-level", default="WARNING", help="Python logging level (default %(default)s)")
     return parser
@@ -604,6 +612,8 @@ def main(argv: list[str]) -> int:
             behaviour=ConsumerGroupBehaviour(args.consumer_group_behaviour),
             session_timeout_ms=args.consumer_group_session_timeout_ms,
             assignment_interval_ms=args.consumer_group_assignment_interval_ms,
+            migration_policy=MigrationPolicy(args.consumer_group_migration_policy),
+            classic_max_size=args.group_max_size,
         )
         asyncio.run(
             serve(

@@ -393,8 +393,7 @@ def test_service_answers_kio_requests_and_respects_classic_groups() -> None:
     assert service.validate_offset_commit("g", "m1", None, 3, 8) == ErrorCode.unsupported_version
     assert service.validate_offset_commit("g", "nobody", None, 3, 9) == UNKNOWN_MEMBER_ID
     assert service.validate_offset_fetch("g", None, -1) == 0
-    assert service.classic_join_error("g") == ErrorCode.inconsistent_group_protocol
-    assert service.classic_join_error("other") is None
+    assert service.handles_classic("g") and not service.handles_classic("other")
     assert {(g.group_id, g.group_state) for g in service.listed_groups()} == {
         ("g", "Stable"),
         ("old-empty", "Stable"),

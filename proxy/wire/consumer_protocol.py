@@ -66,6 +66,15 @@ def decode_assignment(data: bytes) -> tuple[str, ...]:
     )
 
 
+def decode_assignment_detail(data: bytes) -> tuple[dict[str, frozenset[int]], bytes | None]:
+    """A SyncGroup assignment blob as (topic -> partitions, userData or None)."""
+    _, entity = _decode("consumer_protocol_assignment", _MAX_ASSIGNMENT_VERSION, data)
+    by_topic: dict[str, frozenset[int]] = {}
+    for tp in entity.assigned_partitions:
+        by_topic[str(tp.topic)] = by_topic.get(str(tp.topic), frozenset()) | {int(p) for p in tp.partitions}
+    return by_topic, None if entity.user_data is None else bytes(entity.user_data)
+
+
 def encode_assignment(partitions: dict[str, list[int]], blob_version: int = 0) -> bytes:
     schema = _schema("consumer_protocol_assignment", blob_version)
     tp_cls = _tuple_element_type(schema, "assigned_partitions")
@@ -151,6 +160,7 @@ def _partition_sort_key(topic_partition: str) -> tuple[str, int]:
 __all__ = [
     "Subscription",
     "decode_assignment",
+    "decode_assignment_detail",
     "decode_subscription",
     "decode_subscription_topics",
     "encode_assignment",

@@ -46,6 +46,8 @@ class ClassicGroupManager(JoinGroupHandling):
             self._respond(ctx, R.sync_group(api_version, INCONSISTENT_GROUP_PROTOCOL))
             return
         if group is None:
+            if self.consumer_groups is not None and self.consumer_groups.classic_sync(ctx, request):
+                return  # classicGroupSyncToConsumerGroup (KIP-848)
             self._respond(ctx, R.sync_group(api_version, UNKNOWN_MEMBER_ID))
             return
         if group.is_in(GroupState.DEAD):
@@ -104,6 +106,8 @@ class ClassicGroupManager(JoinGroupHandling):
             self._respond(ctx, R.heartbeat(api_version, INVALID_GROUP_ID))
             return
         if group is None:
+            if self.consumer_groups is not None and self.consumer_groups.classic_heartbeat(ctx, request):
+                return  # classicGroupHeartbeatToConsumerGroup (KIP-848)
             self._respond(ctx, R.heartbeat(api_version, UNKNOWN_MEMBER_ID))
             return
         if group.is_in(GroupState.DEAD):
@@ -134,6 +138,8 @@ class ClassicGroupManager(JoinGroupHandling):
             self._respond(ctx, R.leave_group(api_version, INVALID_GROUP_ID, []))
             return
         if group is None:
+            if self.consumer_groups is not None and self.consumer_groups.classic_leave(ctx, request):
+                return  # classicGroupLeaveToConsumerGroup (KIP-848)
             # Scala: per-member UNKNOWN_MEMBER_ID. The new coordinator's classicGroupLeave throws
             # UnknownMemberIdException, which GroupCoordinatorService.leaveGroup turns back into
             # the same per-member errors (checked against 3.9 and 4.x brokers).

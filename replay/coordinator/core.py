@@ -107,6 +107,7 @@ class GroupCoordinator:
             lambda: classic._now_ms,
             classic._respond,
             self._drop_classic_group,
+            classic,
         )
         classic.consumer_groups = offsets.consumer_groups = consumer
         consumer.coordinator.on_group_empty = lambda _: classic._schedule_cleanup()

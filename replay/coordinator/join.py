@@ -50,10 +50,9 @@ class JoinGroupHandling(Rebalancing):
             self._join_error(ctx, member_id, INVALID_SESSION_TIMEOUT)
             return
         is_unknown_member = member_id == UNKNOWN_MEMBER
-        refused = self.consumer_groups.classic_join_error(group_id) if self.consumer_groups else None
-        if refused is not None:  # a consumer group's id (KIP-848 migration not modelled yet)
-            self._join_error(ctx, member_id, refused)
-            return
+        consumer = self.consumer_groups
+        if group is None and consumer is not None and consumer.classic_join(ctx, request):
+            return  # classicGroupJoinToConsumerGroup (KIP-848: a consumer group's id)
         if group is None:
             if not is_unknown_member:
                 self._join_error(ctx, member_id, UNKNOWN_MEMBER_ID)

@@ -22,7 +22,7 @@ org.apache.kafka:kafka-group-coordinator:4.3.1):
   45 s) and `rebalance-timeout-{group}-{member}` (the member's rebalance timeout, fires only if
   the member is still at the epoch it was given).
 
-Not modelled yet (issue 13): classic groups and the online migration (a group id used by a classic
+The online migration with classic groups lives in migration.py and service.py (a group id used by a classic
 group answers GROUP_ID_NOT_FOUND here only when the caller says so), regex subscriptions
 (accepted, resolved to nothing), rack-aware assignment, topic metadata changes after creation,
 OffsetCommit member-epoch checks, the assignor offload thread.
@@ -48,6 +48,7 @@ from replay.coordinator.consumer.group import (
     ConsumerGroupMember,
     ConsumerGroupState,
     MemberState,
+    MigrationPolicy,
     Partitions,
     reconcile,
 )
@@ -139,6 +140,10 @@ class ConsumerGroupConfig:
     assignors: tuple[str, ...] = assignors.ASSIGNORS  # group.consumer.assignors; first is the default
     assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
     regex_refresh_interval_ms: int = 600_000  # group.consumer.regex.refresh.interval.ms
+    # group.consumer.migration.policy. Kafka's default is BIDIRECTIONAL; the reference keeps
+    # DISABLED as its default (what it answered before the migration was modelled).
+    migration_policy: MigrationPolicy = MigrationPolicy.DISABLED
+    classic_max_size: int = 2**31 - 1  # group.max.size (validateOnlineDowngrade*)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +254,9 @@ class ConsumerGroupCoordinator:
     events: deque[ConsumerGroupEvent] = field(default_factory=lambda: deque(maxlen=100_000))
     # Called with a group id when its last member goes (the runtime schedules its metadata cleanup).
     on_group_empty: Callable[[str], None] | None = None
+    # consumerGroupFenceMembers' online downgrade: called before a member is fenced; True when it
+    # converted the group to a classic group instead (the service owns both kinds of group).
+    on_fence: Callable[[int, ConsumerGroup, ConsumerGroupMember], bool] | None = None
     member_id_seed: int = 0x848  # member ids this coordinator makes (v0 joins) are deterministic
     _ids: int = 0
 
@@ -457,7 +465,7 @@ class ConsumerGroupCoordinator:
                 if existing is None:
                     member = group.members.get(member_id) or ConsumerGroupMember(member_id)
                 else:
-                    if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                    if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and existing.classic is None:
                         raise _error(
                             ErrorCode.unreleased_instance_id,
                             f"Static member {member_id} with instance id {request.instance_id} cannot join "
@@ -565,10 +573,12 @@ class ConsumerGroupCoordinator:
             and request.subscribed_topic_regex is None
             and request.client_id == member.client_id
             and request.client_host == member.client_host
+            and member.classic is None
         ):
             return member
         return replace(
             member,
+            classic=None,  # setClassicMemberMetadata(null): the member now uses the consumer protocol
             instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
             rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
             rebalance_timeout_ms=(
@@ -755,13 +765,16 @@ class ConsumerGroupCoordinator:
             return self.config.assignors[0]
         return max(counts.items(), key=lambda item: item[1])[0]
 
-    def _schedule_session_timeout(self, now_ms: int, group_id: str, member_id: str) -> None:
+    def _schedule_session_timeout(
+        self, now_ms: int, group_id: str, member_id: str, timeout_ms: int | None = None
+    ) -> None:
+        """scheduleConsumerGroupSessionTimeout; a classic member's own session timeout if given."""
+
         def expire(at_ms: int) -> None:
             self._fence_operation(at_ms, group_id, member_id, "member_expired", "the member session expired")
 
-        self.timers.schedule(
-            f"session-timeout-{group_id}-{member_id}", now_ms + self.config.session_timeout_ms, expire
-        )
+        timeout = self.config.session_timeout_ms if timeout_ms is None else timeout_ms
+        self.timers.schedule(f"session-timeout-{group_id}-{member_id}", now_ms + timeout, expire)
 
     def _schedule_rebalance_timeout(
         self, now_ms: int, group_id: str, member_id: str, epoch: int, timeout_ms: int
@@ -789,7 +802,14 @@ class ConsumerGroupCoordinator:
     def _fence(
         self, now_ms: int, group: ConsumerGroup, member: ConsumerGroupMember, kind: str, why: str
     ) -> None:
-        """consumerGroupFenceMembers (no downgrade: classic groups are not modelled here)."""
+        """consumerGroupFenceMembers: the online downgrade (`on_fence`) first, else remove."""
+        for key in ("session-timeout", "rebalance-timeout", "consumer-join", "consumer-sync"):
+            self.timers.cancel(f"{key}-{group.group_id}-{member.member_id}")
+        if self.on_fence is not None and self.on_fence(now_ms, group, member):
+            self.events.append(
+                ConsumerGroupEvent(now_ms, group.group_id, kind, member.member_id, group.group_epoch, why)
+            )
+            return
         group.remove_member(member.member_id)
         still = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
         for regex in [r for r in group.resolved_regexes if r not in still]:

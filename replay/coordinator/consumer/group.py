@@ -46,6 +46,41 @@ class ConsumerGroupState(enum.Enum):
     DEAD = "Dead"
 
 
+class MigrationPolicy(enum.Enum):
+    """ConsumerGroupMigrationPolicy (group.consumer.migration.policy): whether a classic group may
+    be upgraded online to a consumer group and a consumer group downgraded back."""
+
+    DISABLED = "disabled"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    BIDIRECTIONAL = "bidirectional"
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        """ConsumerGroupMigrationPolicy.isUpgradeEnabled."""
+        return self in (MigrationPolicy.UPGRADE, MigrationPolicy.BIDIRECTIONAL)
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        """ConsumerGroupMigrationPolicy.isDowngradeEnabled."""
+        return self in (MigrationPolicy.DOWNGRADE, MigrationPolicy.BIDIRECTIONAL)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """ConsumerGroupMemberMetadataValue.ClassicMemberMetadata: what a member using the classic
+    protocol inside a consumer group keeps of its JoinGroup (session timeout, its protocols in
+    preference order, each with its ConsumerProtocolSubscription bytes)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The first supported protocol: what JoinGroup answers and SyncGroup must name."""
+        return self.protocols[0][0]
+
+
 class FencedMemberEpoch(Exception):
     """FencedMemberEpochException from reconciliation (a member in an unknown state)."""
 
@@ -70,6 +105,12 @@ class ConsumerGroupMember:
     server_assignor: str | None = None
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None  # set while the member uses the classic protocol
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        """ConsumerGroupMember.useClassicProtocol."""
+        return self.classic is not None
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch
@@ -298,10 +339,12 @@ class ConsumerGroup:
 __all__ = [
     "LEAVE_GROUP_MEMBER_EPOCH",
     "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
+    "ClassicMemberMetadata",
     "ConsumerGroup",
     "ConsumerGroupMember",
     "ConsumerGroupState",
     "FencedMemberEpoch",
     "MemberState",
+    "MigrationPolicy",
     "reconcile",
 ]

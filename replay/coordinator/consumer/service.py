@@ -5,23 +5,23 @@ group (OffsetCommit/OffsetFetch validation, ListGroups rows, JoinGroup refusal).
 Kafka 4.3.1 (org.apache.kafka:kafka-group-coordinator:4.3.1) is the spec:
 - GroupMetadataManager.getOrMaybeCreateConsumerGroup: a heartbeat with epoch 0 on an EMPTY classic
   group deletes it and creates a consumer group (maybeDeleteEmptyClassicGroup); on a non-empty
-  classic group Kafka 4.3 converts it online (validateOnlineUpgrade / convertToConsumerGroup) when
-  group.consumer.migration.policy allows. The online conversion is NOT modelled yet (issue 13):
-  the reference answers GROUP_ID_NOT_FOUND there, which is what Kafka answers when the policy
-  forbids the upgrade (`disabled`, `downgrade`). Any other epoch on a classic group id:
-  GROUP_ID_NOT_FOUND "Group %s is not a consumer group.", as Kafka.
-- a classic JoinGroup for a consumer group id: Kafka joins it as a classic member of the consumer
-  group (classicGroupJoinToConsumerGroup) unless the policy is `disabled`
-  (throwIfClassicMemberCannotJoinConsumerGroup: INCONSISTENT_GROUP_PROTOCOL). Not modelled yet:
-  `classic_join_error` answers INCONSISTENT_GROUP_PROTOCOL, the `disabled` behaviour.
+  classic group it converts it online (validateOnlineUpgrade / convertToConsumerGroup, migration.py)
+  when group.consumer.migration.policy allows (upgrade, bidirectional), else GROUP_ID_NOT_FOUND.
+  Any other epoch on a classic group id: GROUP_ID_NOT_FOUND "Group %s is not a consumer group.".
+- classic JoinGroup/SyncGroup/Heartbeat/LeaveGroup on a consumer group id: classicGroupJoinToConsumerGroup
+  (INCONSISTENT_GROUP_PROTOCOL under `disabled`: throwIfClassicMemberCannotJoinConsumerGroup),
+  classicGroupSyncToConsumerGroup, classicGroupHeartbeatToConsumerGroup,
+  classicGroupLeaveToConsumerGroup; a JoinGroup on an EMPTY consumer group replaces it with a
+  classic group (maybeDeleteEmptyConsumerGroup). Not modelled yet: the online downgrade
+  (convertToClassicGroup) - the last consumer-protocol member leaving leaves a consumer group of
+  classic members, as Kafka does under `upgrade`/`disabled`.
 - ConsumerGroup.validateOffsetCommit / validateOffsetFetch (member epoch instead of generation).
   Deviation: an OLDER member epoch is refused (STALE_MEMBER_EPOCH); Kafka 4.3 accepts it for the
   partitions assigned at or before that epoch (per-partition assignment epochs, not modelled).
 - ModernGroup.asListedGroup for ListGroups (protocol type "consumer", group type "consumer").
 
-In short, until the migration is modelled the reference answers protocol clashes as Kafka 4.3.1
-with group.consumer.migration.policy=disabled (tests/test_consumer_group_serve.py checks both
-answers against such a broker), not as the default `bidirectional`.
+The reference's default policy is `disabled` (Kafka's is `bidirectional`):
+`coordinator serve --consumer-group-migration-policy` chooses.
 """
 
 from __future__ import annotations
@@ -31,11 +31,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.errors import ErrorCode
+from replay.coordinator import responses as R
+from replay.coordinator.consumer import migration
+from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import (
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
+    ConsumerGroupEvent,
+    HeartbeatError,
     HeartbeatResponse,
 )
+from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
 from replay.coordinator.consumer.wire import (
     describe_response_to_kio,
     heartbeat_from_kio,
@@ -54,6 +60,7 @@ class _Runtime:
     now_ms: Callable[[], int]
     respond: Callable[[RequestContext, Any], None]
     drop_empty_classic_group: Callable[[str], None]
+    classic_manager: Any = None  # replay.coordinator.classic.ClassicGroupManager (the migration)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +94,12 @@ class ConsumerGroupService:
         now_ms: Callable[[], int],
         respond: Callable[[RequestContext, Any], None],
         drop_empty_classic_group: Callable[[str], None],
+        classic_manager: Any = None,
     ) -> None:
         """Plug into the classic coordinator's runtime: its groups (a consumer group id must not
-        be a classic one), its timers, its clock and its output."""
-        self.runtime = _Runtime(classic_groups, now_ms, respond, drop_empty_classic_group)
+        be a classic one), its timers, its clock and its output; `classic_manager` (the classic
+        group manager) lets the online migration convert groups both ways."""
+        self.runtime = _Runtime(classic_groups, now_ms, respond, drop_empty_classic_group, classic_manager)
         self.coordinator.timers = timers
 
     def use_topics(self, topic_partitions: dict[str, int]) -> None:
@@ -126,6 +135,9 @@ class ConsumerGroupService:
     def heartbeat_error(api_version: int, error: ErrorCode) -> Any:
         """ConsumerGroupHeartbeatRequest.getErrorResponse."""
         return heartbeat_response_to_kio(HeartbeatResponse(error_code=int(error)), api_version)
+
+    def _runtime_or_none(self) -> _Runtime | None:
+        return self.runtime
 
     def _runtime(self) -> _Runtime:
         if self.runtime is None:
@@ -169,13 +181,10 @@ class ConsumerGroupService:
             elif state in ("Empty", "Dead"):
                 drop_empty_classic_group(heartbeat.group_id)
             else:
-                response = HeartbeatResponse(
-                    error_code=int(ErrorCode.group_id_not_found),
-                    error_message=(
-                        f"Cannot upgrade classic group {heartbeat.group_id} to consumer group: the "
-                        "reference coordinator does not model the online upgrade yet."
-                    ),
-                )
+                try:
+                    self._upgrade(now_ms, heartbeat.group_id)
+                except HeartbeatError as exc:
+                    response = HeartbeatResponse(error_code=int(exc.code), error_message=exc.message)
         elif state is not None:
             response = HeartbeatResponse(
                 error_code=int(ErrorCode.group_id_not_found),
@@ -185,18 +194,277 @@ class ConsumerGroupService:
             response = self.coordinator.heartbeat(now_ms, heartbeat)
         return heartbeat_response_to_kio(response, api_version)
 
+    # -- the online migration (replay.coordinator.consumer.migration) ------------------------------
+
+    def _upgrade(self, now_ms: int, group_id: str) -> None:
+        """getOrMaybeCreateConsumerGroup on a non-empty classic group: validateOnlineUpgrade and
+        convertToConsumerGroup. Parked JoinGroup/SyncGroup requests are answered
+        REBALANCE_IN_PROGRESS (completeAllJoinFutures/completeAllSyncFutures), the classic group
+        and its timers go (its offsets stay), and each converted member gets a session timeout of
+        its classic session timeout. The heartbeat that triggered it then runs on the new group.
+        Deviation: Kafka reverts the conversion if that heartbeat fails; here it stays."""
+        runtime = self._runtime_or_none()
+        classic = None if runtime is None else runtime.classic_manager
+        coordinator = self.coordinator
+        if classic is None or group_id not in classic.groups:  # no classic manager attached
+            migration.validate_online_upgrade(coordinator, group_id, migration.CONSUMER_PROTOCOL_TYPE, 0)
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+        assert runtime is not None
+        old = classic.groups[group_id]
+        migration.validate_online_upgrade(coordinator, group_id, old.protocol_type, len(old.members))
+        views = [
+            migration.ClassicMemberView(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.protocols,
+                m.assignment,
+            )
+            for m in old.members.values()
+        ]
+        for m in old.members.values():
+            parked = old.take_join(m)
+            if parked is not None:
+                runtime.respond(
+                    parked, _join_error(parked.api_version, ErrorCode.rebalance_in_progress, m.member_id)
+                )
+            parked_sync = old.take_sync(m)
+            if parked_sync is not None:
+                runtime.respond(
+                    parked_sync, _sync_error(parked_sync.api_version, ErrorCode.rebalance_in_progress)
+                )
+        group = migration.from_classic_group(
+            coordinator, group_id, old.generation_id, old.protocol_name or "", views
+        )
+        # createGroupTombstoneRecords: the classic group and its timers go (offsets stay).
+        from replay.coordinator.runtime import heartbeat_key, join_key, sync_key
+
+        for m in old.members.values():
+            classic.timers.cancel(heartbeat_key(group_id, m.member_id))
+        classic.timers.cancel(join_key(group_id))
+        classic.timers.cancel(sync_key(group_id))
+        classic._delete_group(old, "converted to a consumer group (KIP-848 online upgrade)")
+        coordinator.groups[group_id] = group
+        for view in views:
+            coordinator._schedule_session_timeout(now_ms, group_id, view.member_id, view.session_timeout_ms)
+        coordinator.events.append(
+            ConsumerGroupEvent(now_ms, group_id, "group_upgraded", None, group.group_epoch, "")
+        )
+
+    def handles_classic(self, group_id: str) -> bool:
+        """Whether a classic JoinGroup/SyncGroup/Heartbeat/LeaveGroup for `group_id` is served here
+        (GroupMetadataManager routes those of a consumer group to the *ToConsumerGroup methods)."""
+        return group_id in self.coordinator.groups
+
+    def classic_join(self, ctx: RequestContext, request: Any) -> bool:
+        """classicGroupJoin: JoinGroup on a consumer group id. An empty consumer group is deleted
+        and the join goes to a classic group (maybeDeleteEmptyConsumerGroup, returns False);
+        otherwise classicGroupJoinToConsumerGroup answers here (returns True)."""
+        runtime = self._runtime()
+        coordinator = self.coordinator
+        group = coordinator.groups.get(request.group_id)
+        if group is None:
+            return False
+        if not group.members:
+            self.forget(request.group_id)
+            return False
+        api_version = ctx.api_version
+        member_id = request.member_id
+        try:
+            if coordinator.config.migration_policy is MigrationPolicy.DISABLED:
+                raise HeartbeatError(  # throwIfClassicMemberCannotJoinConsumerGroup
+                    ErrorCode.inconsistent_group_protocol,
+                    f"Cannot join the consumer group {group.group_id} with the classic protocol because "
+                    "the group migration is disabled.",
+                )
+            unknown = member_id == ""
+            if unknown:
+                member_id = coordinator._new_member_id()
+            if len(group.members) >= coordinator.config.max_size and member_id not in group.members:
+                raise HeartbeatError(ErrorCode.group_max_size_reached, "The consumer group is full.")
+            if not migration.supports_classic_protocols(
+                group, request.protocol_type, {name for name, _ in request.protocols}
+            ):
+                raise HeartbeatError(
+                    ErrorCode.inconsistent_group_protocol,
+                    f"Member {member_id}'s protocols are not supported.",
+                )
+            if unknown and api_version >= 4 and request.group_instance_id is None:
+                # JoinGroupRequest.requiresKnownMemberId
+                runtime.respond(ctx, _join_error(api_version, ErrorCode.member_id_required, member_id))
+                return True
+            now_ms = runtime.now_ms()
+            member = migration.classic_join(
+                coordinator,
+                now_ms,
+                group,
+                member_id,
+                unknown,
+                request.group_instance_id,
+                request.rebalance_timeout_ms,
+                request.session_timeout_ms,
+                tuple(request.protocols),
+                ctx.client_id,
+                ctx.client_host,
+            )
+        except HeartbeatError as exc:
+            runtime.respond(ctx, _join_error(api_version, exc.code, request.member_id))
+            return True
+        except PartitionAssignorError:
+            runtime.respond(ctx, _join_error(api_version, ErrorCode.unknown_server_error, request.member_id))
+            return True
+        group_id = group.group_id
+        coordinator.timers.cancel(f"consumer-join-{group_id}-{member.member_id}")
+        assert member.classic is not None
+        coordinator._schedule_session_timeout(now_ms, group_id, member.member_id, request.session_timeout_ms)
+        self._schedule_classic_timeout(now_ms, "consumer-sync", group, member, request.rebalance_timeout_ms)
+        runtime.respond(
+            ctx,
+            _join_ok(api_version, member.member_id, member.member_epoch, member.classic.protocol_name),
+        )
+        return True
+
+    def _schedule_classic_timeout(
+        self,
+        now_ms: int,
+        kind: str,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        timeout_ms: int,
+        if_absent: bool = False,
+    ) -> None:
+        """scheduleConsumerGroupSyncTimeout / scheduleConsumerGroupJoinTimeoutIfAbsent: the member
+        is fenced if it does not sync (rejoin) within its rebalance timeout."""
+        key = f"{kind}-{group.group_id}-{member.member_id}"
+        if if_absent and self.coordinator.timers.is_scheduled(key):
+            return
+        group_id, member_id = group.group_id, member.member_id
+        why = (
+            "the member failed to sync within timeout"
+            if kind == "consumer-sync"
+            else "the classic member failed to join within the rebalance timeout"
+        )
+
+        def expire(at_ms: int) -> None:
+            self.coordinator._fence_operation(at_ms, group_id, member_id, "member_fenced", why)
+
+        self.coordinator.timers.schedule(key, now_ms + timeout_ms, expire)
+
+    def classic_sync(self, ctx: RequestContext, request: Any) -> bool:
+        """classicGroupSyncToConsumerGroup: the member's current assignment, unless a new
+        rebalance started (REBALANCE_IN_PROGRESS)."""
+        runtime = self._runtime()
+        coordinator = self.coordinator
+        group = coordinator.groups.get(request.group_id)
+        if group is None:
+            return False
+        api_version = ctx.api_version
+        try:
+            member = migration.classic_member(group, request.member_id, request.group_instance_id)
+            migration.throw_if_generation_unmatched(member, request.generation_id)
+            assert member.classic is not None
+            name = member.classic.protocol_name
+            if (
+                request.protocol_type is not None
+                and request.protocol_type != migration.CONSUMER_PROTOCOL_TYPE
+            ) or (request.protocol_name is not None and request.protocol_name != name):
+                raise HeartbeatError(ErrorCode.inconsistent_group_protocol, "protocol mismatch")
+            now_ms = runtime.now_ms()
+            if migration.rebalance_in_progress(group, member):
+                self._schedule_classic_timeout(
+                    now_ms, "consumer-join", group, member, member.rebalance_timeout_ms, if_absent=True
+                )
+                raise HeartbeatError(ErrorCode.rebalance_in_progress, "rejoin")
+        except HeartbeatError as exc:
+            runtime.respond(ctx, _sync_error(api_version, exc.code))
+            return True
+        coordinator.timers.cancel(f"consumer-sync-{group.group_id}-{member.member_id}")
+        coordinator._schedule_session_timeout(
+            now_ms, group.group_id, member.member_id, member.classic.session_timeout_ms
+        )
+        runtime.respond(
+            ctx,
+            _sync_ok(
+                api_version,
+                migration.assignment_bytes(coordinator, member),
+                request.protocol_type,
+                request.protocol_name,
+            ),
+        )
+        return True
+
+    def classic_heartbeat(self, ctx: RequestContext, request: Any) -> bool:
+        """classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS while the member is behind
+        the target epoch, must revoke, or may now collect released partitions."""
+        runtime = self._runtime()
+        coordinator = self.coordinator
+        group = coordinator.groups.get(request.group_id)
+        if group is None:
+            return False
+        code = ErrorCode.none
+        try:
+            member = migration.classic_member(group, request.member_id, request.group_instance_id)
+            migration.throw_if_generation_unmatched(member, request.generation_id)
+        except HeartbeatError as exc:
+            code = exc.code
+        else:
+            now_ms = runtime.now_ms()
+            assert member.classic is not None
+            coordinator._schedule_session_timeout(
+                now_ms, group.group_id, member.member_id, member.classic.session_timeout_ms
+            )
+            if migration.must_rejoin(group, member):
+                code = ErrorCode.rebalance_in_progress
+                self._schedule_classic_timeout(
+                    now_ms, "consumer-join", group, member, member.rebalance_timeout_ms, if_absent=True
+                )
+        runtime.respond(ctx, _heartbeat(ctx.api_version, code))
+        return True
+
+    def classic_leave(self, ctx: RequestContext, request: Any) -> bool:
+        """classicGroupLeaveToConsumerGroup: each member fenced (consumerGroupFenceMembers; the
+        online downgrade may convert the group back)."""
+        runtime = self._runtime()
+        coordinator = self.coordinator
+        group = coordinator.groups.get(request.group_id)
+        if group is None:
+            return False
+        results: list[tuple[str, str | None, int]] = []
+        leaving: list[ConsumerGroupMember] = []
+        for member_id, instance_id in request.members:
+            try:
+                if instance_id is None:
+                    member = group.members.get(member_id)
+                    if member is None:
+                        raise HeartbeatError(ErrorCode.unknown_member_id, "unknown member")
+                else:
+                    found = group.static_member(instance_id)
+                    if found is None:
+                        raise HeartbeatError(ErrorCode.unknown_member_id, "unknown instance id")
+                    if member_id != "" and found.member_id != member_id:
+                        raise HeartbeatError(ErrorCode.fenced_instance_id, "fenced")
+                    member = found
+                results.append((member_id, instance_id, 0))
+                leaving.append(member)
+            except HeartbeatError as exc:
+                results.append((member_id, instance_id, int(exc.code)))
+        now_ms = runtime.now_ms()
+        for member in leaving:
+            current = group.members.get(member.member_id)
+            if coordinator.groups.get(group.group_id) is group and current is not None:
+                coordinator._fence(now_ms, group, current, "member_left", "the classic member left")
+        runtime.respond(ctx, _leave(ctx.api_version, results))
+        return True
+
     def describe(self, request: Any, api_version: int) -> Any:
         names = {image.topic_id: name for name, image in self.coordinator.topics.items()}
         described = self.coordinator.describe(str(g) for g in request.group_ids)
         return describe_response_to_kio(described, api_version, names)
 
     # -- what the classic handlers ask ------------------------------------------------------------
-
-    def classic_join_error(self, group_id: str) -> ErrorCode | None:
-        """JoinGroup on a consumer group id: INCONSISTENT_GROUP_PROTOCOL (policy `disabled`)."""
-        if group_id in self.coordinator.groups:
-            return ErrorCode.inconsistent_group_protocol
-        return None
 
     def validate_offset_commit(
         self, group_id: str, member_id: str, instance_id: str | None, member_epoch: int, api_version: int
@@ -248,6 +516,42 @@ class ConsumerGroupService:
             ListedGroup(group_id, "consumer", group.state.value, "consumer")
             for group_id, group in self.coordinator.groups.items()
         ]
+
+
+def _join_error(api_version: int, code: ErrorCode, member_id: str) -> Any:
+    return R.join_group(api_version, int(code), member_id=member_id)
+
+
+def _join_ok(api_version: int, member_id: str, generation_id: int, protocol_name: str) -> Any:
+    """classicGroupJoinToConsumerGroup's answer: no leader, no member list (always a follower)."""
+    return R.join_group(
+        api_version,
+        0,
+        member_id=member_id,
+        generation_id=generation_id,
+        protocol_type=migration.CONSUMER_PROTOCOL_TYPE,
+        protocol_name=protocol_name,
+    )
+
+
+def _sync_error(api_version: int, code: ErrorCode) -> Any:
+    return R.sync_group(api_version, int(code))
+
+
+def _sync_ok(
+    api_version: int, assignment: bytes, protocol_type: str | None, protocol_name: str | None
+) -> Any:
+    return R.sync_group(
+        api_version, 0, assignment=assignment, protocol_type=protocol_type, protocol_name=protocol_name
+    )
+
+
+def _heartbeat(api_version: int, code: ErrorCode) -> Any:
+    return R.heartbeat(api_version, int(code))
+
+
+def _leave(api_version: int, results: list[tuple[str, str | None, int]]) -> Any:
+    return R.leave_group(api_version, 0, results)
 
 
 __all__ = ["ClassicLookup", "ConsumerGroupService", "ListedGroup"]
