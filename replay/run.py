@@ -404,15 +404,39 @@ def _error_response(send: Send, error_code: int) -> Any:
 
 
 class CoordinatorTransport:
-    """Requests go to `GroupCoordinator.handle`; its `Respond`s come back as deliveries."""
+    """Requests go to `GroupCoordinator.handle`; its `Respond`s come back as deliveries.
+
+    One request at a time per connection, as a broker reads them: "The broker's request
+    processing allows only a single in-flight request per connection" (Kafka protocol guide;
+    SocketServer mutes a channel until its response is sent). A LeaveGroup sent while the same
+    member's JoinGroup is held waits for that JoinGroup's answer, as it does on a live broker
+    (`replay.live.Connection`); the reference used to take it at once and answer the held
+    JoinGroup UNKNOWN_MEMBER_ID, which Kafka 3.9.2 never did."""
 
     def __init__(self, runner: Runner, config: CoordinatorConfig | None) -> None:
         self.runner = runner
         self.coordinator = GroupCoordinator(config)
         self._correlation = 0
         self._pending: dict[tuple[int, int], InFlight] = {}
+        self._queued: dict[int, list[InFlight]] = {}  # connection -> requests behind its unanswered one
 
     def send(self, now_ms: int, flight: InFlight) -> None:
+        queued = self._queued.get(flight.connection_id)
+        if queued is not None:
+            queued.append(flight)
+            return
+        self._queued[flight.connection_id] = []
+        self._handle(now_ms, flight)
+
+    def _release(self, now_ms: int, connection_id: int) -> None:
+        """The connection's request was answered: the broker reads the next one."""
+        queued = self._queued.get(connection_id)
+        if queued:
+            self._handle(now_ms, queued.pop(0))
+        else:
+            self._queued.pop(connection_id, None)
+
+    def _handle(self, now_ms: int, flight: InFlight) -> None:
         self._correlation += 1
         context = RequestContext(
             connection_id=flight.connection_id,
@@ -440,9 +464,11 @@ class CoordinatorTransport:
                     continue
                 if flight.send.api_key == HEARTBEAT:
                     # a heartbeat answer only schedules the next beat: deliver it now (the hot path)
+                    self._release(now_ms, flight.connection_id)
                     self.runner.deliver(now_ms, flight, output.response)
                 else:
                     self.runner.at(now_ms, self.runner._deliver_at, (flight, output.response))
+                    self._release(now_ms, flight.connection_id)
 
 
 def run_virtual(
