@@ -383,6 +383,10 @@ class ClassicMember:
                         return self._rejoin_at(now_ms)
                     return self._next_heartbeat(now_ms)
             return ()
+        return self._on_error(now_ms, sent, response, code)
+
+    def _on_error(self, now_ms: int, sent: Send, response: Any, code: int) -> Commands:
+        """joinGroupIfNeeded and the response handlers' reaction to `code` (ERROR_REACTIONS)."""
         reaction = reaction_to(code)
         if reaction is Reaction.FATAL:
             self.error_code = code

@@ -98,18 +98,7 @@ def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
         except CodecError:
             continue
         decoded.append((ex, request, response))
-    # A connection belongs to the member whose JoinGroup it carried.
-    conn_identity: dict[int, tuple[str, str | None]] = {}
-    per_client_ordinals: dict[str, int] = defaultdict(int)
-    first_join: dict[int, tuple[Any, Any]] = {}
-    for ex, request, _ in decoded:
-        if ex.request.api_key == JOIN and ex.conn not in conn_identity:
-            client_id = ex.request.client_id or ""
-            instance_id = getattr(request, "group_instance_id", None)
-            ordinal = per_client_ordinals[client_id]
-            per_client_ordinals[client_id] += 1
-            conn_identity[ex.conn] = (member_key(client_id, ordinal, instance_id), instance_id)
-            first_join[ex.conn] = (ex, request)
+    conn_identity, first_join = _identities(decoded)
     recorded: list[Exchange] = []
     by_member: dict[str, list[tuple[Any, Any, Any]]] = defaultdict(list)
     partitions: dict[str, set[tuple[str, int]]] = defaultdict(set)
@@ -123,61 +112,16 @@ def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
         )
         by_member[identity[0]].append((ex, request, response))
         if ex.request.api_key == SYNC and response is not None and int(response.error_code) == 0:
-            try:
-                for tp in decode_assignment(response.assignment):
-                    topic, _, partition = tp.rpartition("-")
-                    partitions[request.group_id].add((topic, int(partition)))
-            except (CodecError, ValueError):
-                pass
-    scripts: list[MemberScript] = []
+            partitions[request.group_id].update(_assigned(response))
     order = sorted(by_member, key=lambda key: by_member[key][0][0].request.ts_ns)
-    for ordinal, key in enumerate(order):
-        rows = by_member[key]
-        conns = sorted({ex.conn for ex, _, _ in rows}, key=lambda c: first_join[c][0].request.ts_ns)
-        join_ex, join_request = first_join[conns[0]]
-        versions: dict[int, int] = {}
-        for ex, _, _ in rows:
-            if ex.request.api_key in GROUP_APIS:
-                versions.setdefault(ex.request.api_key, ex.request.api_version)
-        beats = [ex.request.ts_ns for ex, _, _ in rows if ex.request.api_key == HEARTBEAT]
-        gaps = [(b - a) // 1_000_000 for a, b in itertools.pairwise(beats) if b > a]
-        interval = int(statistics.median(gaps)) if gaps else DEFAULT_HEARTBEAT_INTERVAL_MS
-        sessions = []
-        for conn in conns:
-            conn_rows = [r for r in rows if r[0].conn == conn]
-            start = (first_join[conn][0].request.ts_ns - t0) // 1_000_000
-            left = any(ex.request.api_key == LEAVE for ex, _, _ in conn_rows)
-            closed = capture.connections.get(conn)
-            stop: int | None = None
-            if left:
-                stop = (max(ex.request.ts_ns for ex, _, _ in conn_rows) - t0) // 1_000_000
-            elif closed is not None and closed.closed_ns is not None:
-                stop = (closed.closed_ns - t0) // 1_000_000
-            sessions.append(Session(start, stop, left))
-        scripts.append(
-            MemberScript(
-                member_key=key,
-                client_id=join_ex.request.client_id or "",
-                ordinal=ordinal,
-                group_id=str(join_request.group_id),
-                group_instance_id=getattr(join_request, "group_instance_id", None),
-                join_template=join_request,
-                api_versions=versions,
-                heartbeat_interval_ms=max(interval, 1),
-                sessions=tuple(sessions),
-                client_software=next((software_by_conn[c] for c in conns if c in software_by_conn), None),
-                heartbeat_times_ms=tuple(sorted((b - t0) // 1_000_000 for b in beats)),
-            )
-        )
+    scripts = [
+        _member_script(capture, t0, key, ordinal, by_member[key], first_join, software_by_conn)
+        for ordinal, key in enumerate(order)
+    ]
     if not scripts:
         raise ReplayInputError(f"{session_id}: the capture holds no JoinGroup, so no member to replay")
     end_ms = (max(ex.request.ts_ns for ex in pairs) - t0) // 1_000_000
-    layout: dict[str, tuple[dict[str, tuple[int, ...]], ...]] = {}
-    for group_id, tps in partitions.items():
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for topic_name, partition_index in sorted(tps):
-            by_topic[topic_name].append(partition_index)
-        layout[group_id] = ({t: tuple(p) for t, p in by_topic.items()},)
+    layout = {group_id: _layout(tps) for group_id, tps in partitions.items()}
     return ReplayPlan(
         session_id,
         tuple(scripts),
@@ -187,6 +131,105 @@ def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
         capture.damage,
         getattr(capture, "group_settings", None),  # proxy.capture.reader lands it (AGREED #2)
     )
+
+
+def _identities(
+    decoded: list[tuple[Any, Any, Any]],
+) -> tuple[dict[int, tuple[str, str | None]], dict[int, tuple[Any, Any]]]:
+    """A connection belongs to the member whose JoinGroup it carried: conn -> (member key,
+    instance id), and conn -> its first JoinGroup (exchange, request)."""
+    conn_identity: dict[int, tuple[str, str | None]] = {}
+    per_client_ordinals: dict[str, int] = defaultdict(int)
+    first_join: dict[int, tuple[Any, Any]] = {}
+    for ex, request, _ in decoded:
+        if ex.request.api_key == JOIN and ex.conn not in conn_identity:
+            client_id = ex.request.client_id or ""
+            instance_id = getattr(request, "group_instance_id", None)
+            ordinal = per_client_ordinals[client_id]
+            per_client_ordinals[client_id] += 1
+            conn_identity[ex.conn] = (member_key(client_id, ordinal, instance_id), instance_id)
+            first_join[ex.conn] = (ex, request)
+    return conn_identity, first_join
+
+
+def _assigned(response: Any) -> list[tuple[str, int]]:
+    """The (topic, partition)s a SyncGroup answer assigned, up to the first that does not decode."""
+    assigned: list[tuple[str, int]] = []
+    try:
+        for tp in decode_assignment(response.assignment):
+            assigned.append(_topic_partition(tp))
+    except (CodecError, ValueError):
+        pass
+    return assigned
+
+
+def _topic_partition(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition("-")
+    return topic, int(partition)
+
+
+def _member_script(
+    capture: Capture,
+    t0: int,
+    key: str,
+    ordinal: int,
+    rows: list[tuple[Any, Any, Any]],
+    first_join: dict[int, tuple[Any, Any]],
+    software_by_conn: dict[int, str],
+) -> MemberScript:
+    """One member's script: its first JoinGroup as template, the group API versions it used,
+    its heartbeat rhythm and one session per connection (start, stop, left)."""
+    conns = sorted({ex.conn for ex, _, _ in rows}, key=lambda c: first_join[c][0].request.ts_ns)
+    join_ex, join_request = first_join[conns[0]]
+    versions: dict[int, int] = {}
+    for ex, _, _ in rows:
+        if ex.request.api_key in GROUP_APIS:
+            versions.setdefault(ex.request.api_key, ex.request.api_version)
+    beats = [ex.request.ts_ns for ex, _, _ in rows if ex.request.api_key == HEARTBEAT]
+    gaps = [(b - a) // 1_000_000 for a, b in itertools.pairwise(beats) if b > a]
+    interval = int(statistics.median(gaps)) if gaps else DEFAULT_HEARTBEAT_INTERVAL_MS
+    sessions = tuple(_session(capture, t0, conn, rows, first_join) for conn in conns)
+    return MemberScript(
+        member_key=key,
+        client_id=join_ex.request.client_id or "",
+        ordinal=ordinal,
+        group_id=str(join_request.group_id),
+        group_instance_id=getattr(join_request, "group_instance_id", None),
+        join_template=join_request,
+        api_versions=versions,
+        heartbeat_interval_ms=max(interval, 1),
+        sessions=sessions,
+        client_software=next((software_by_conn[c] for c in conns if c in software_by_conn), None),
+        heartbeat_times_ms=tuple(sorted((b - t0) // 1_000_000 for b in beats)),
+    )
+
+
+def _session(
+    capture: Capture,
+    t0: int,
+    conn: int,
+    rows: list[tuple[Any, Any, Any]],
+    first_join: dict[int, tuple[Any, Any]],
+) -> Session:
+    """One connection of a member: from its first JoinGroup to its LeaveGroup, else its close."""
+    conn_rows = [r for r in rows if r[0].conn == conn]
+    start = (first_join[conn][0].request.ts_ns - t0) // 1_000_000
+    left = any(ex.request.api_key == LEAVE for ex, _, _ in conn_rows)
+    closed = capture.connections.get(conn)
+    stop: int | None = None
+    if left:
+        stop = (max(ex.request.ts_ns for ex, _, _ in conn_rows) - t0) // 1_000_000
+    elif closed is not None and closed.closed_ns is not None:
+        stop = (closed.closed_ns - t0) // 1_000_000
+    return Session(start, stop, left)
+
+
+def _layout(tps: set[tuple[str, int]]) -> tuple[dict[str, tuple[int, ...]], ...]:
+    """A group's assigned partitions as ({topic: partition indexes},)."""
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic_name, partition_index in sorted(tps):
+        by_topic[topic_name].append(partition_index)
+    return ({t: tuple(p) for t, p in by_topic.items()},)
 
 
 def _client_software_by_connection(pairs: list[Any]) -> dict[int, str]:

@@ -349,6 +349,11 @@ def not_run_result(plan: ReplayPlan, scenario: Scenario, run: str, reason: str) 
 
 
 def _apply_settings(seat: Seat, settings: MemberSettings, broker_caps: tuple[VersionRule, ...]) -> None:
+    _apply_membership(seat, settings)
+    _apply_versions(seat.member.api_versions, settings.api_versions, broker_caps)
+
+
+def _apply_membership(seat: Seat, settings: MemberSettings) -> None:
     script, member = seat.script, seat.member
     match settings.membership:
         case Membership.STATIC:
@@ -361,8 +366,12 @@ def _apply_settings(seat: Seat, settings: MemberSettings, broker_caps: tuple[Ver
         case None:
             if settings.instance_id is not None:
                 member.instance_id = _instance_id(settings.instance_id, script)
-    versions = member.api_versions
-    for rule in settings.api_versions:
+
+
+def _apply_versions(
+    versions: dict[int, int], rules: tuple[VersionRule, ...], broker_caps: tuple[VersionRule, ...]
+) -> None:
+    for rule in rules:
         if rule.api_key == JOIN:
             versions[JOIN] = rule.apply(versions[JOIN])
             if rule.exact:  # companions follow an exact JoinGroup version

@@ -143,7 +143,7 @@ class _Iterator:
         self.index, self.last = self.last, -1
 
 
-def _constrained(
+def _constrained(  # noqa: C901 - follows Kafka's method line by line, to be checked against it
     topics: Mapping[str, int],
     owned_by: dict[str, list[TopicPartition]],
     doubly_claimed: set[TopicPartition],
@@ -217,7 +217,7 @@ def _constrained(
     return assignment, transferring
 
 
-def sticky_assign(
+def sticky_assign(  # noqa: C901 - follows Kafka's allSubscriptionsEqual path line by line
     protocol: str, subscriptions: Mapping[str, tuple[str | None, bytes]], topics: Mapping[str, int]
 ) -> dict[str, list[TopicPartition]] | None:
     """AbstractStickyAssignor.assignPartitions (+ CooperativeStickyAssignor.adjustAssignment);

@@ -97,6 +97,24 @@ def unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+def _zero_timedelta(inner: Any) -> Any:
+    parse: Callable[[datetime.timedelta], Any] = getattr(inner, "parse", inner)
+    return parse(datetime.timedelta(0))
+
+
+# Kafka's implicit default per primitive, first match wins (ErrorCode and bool before int).
+_ZEROS: tuple[tuple[type[Any], Callable[[Any], Any]], ...] = (
+    (ErrorCode, lambda _: ErrorCode.none),
+    (bool, lambda _: False),
+    (int, lambda inner: inner(0)),
+    (float, lambda inner: inner(0.0)),
+    (str, lambda _: ""),
+    (bytes, lambda _: b""),
+    (datetime.timedelta, _zero_timedelta),
+    (uuid.UUID, lambda _: None),
+)
+
+
 def zero_value(tp: Any) -> Any:
     """Kafka's implicit default for a field of type `tp` with no explicit one."""
     inner, nullable = unwrap_optional(tp)
@@ -107,23 +125,9 @@ def zero_value(tp: Any) -> Any:
     if is_entity_class(inner):
         return build(inner, {})
     if isinstance(inner, type):
-        if issubclass(inner, ErrorCode):
-            return ErrorCode.none
-        if issubclass(inner, bool):
-            return False
-        if issubclass(inner, int):
-            return inner(0)
-        if issubclass(inner, float):
-            return inner(0.0)
-        if issubclass(inner, str):
-            return ""
-        if issubclass(inner, bytes):
-            return b""
-        if issubclass(inner, datetime.timedelta):
-            parse: Callable[[datetime.timedelta], Any] = getattr(inner, "parse", inner)
-            return parse(datetime.timedelta(0))
-        if issubclass(inner, uuid.UUID):
-            return None
+        for base, zero in _ZEROS:
+            if issubclass(inner, base):
+                return zero(inner)
     raise EntityError(f"no zero value for field type {tp!r}")
 
 
