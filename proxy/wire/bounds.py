@@ -30,7 +30,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from proxy.wire.framing import FrameError
+from proxy.wire.framing import FrameError, read_uvarint
 
 _FIXED = {
     "bool": 1,
@@ -118,22 +118,6 @@ def _min_size(step: Step, flexible: bool) -> int:
             return 1
 
 
-def _uvarint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise LengthError("truncated unsigned varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise LengthError("unsigned varint longer than 5 bytes")
-
-
 def _signed(data: bytes, pos: int, size: int, end: int) -> tuple[int, int]:
     if end - pos < size:
         raise LengthError(f"truncated field at byte {pos}")
@@ -143,7 +127,7 @@ def _signed(data: bytes, pos: int, size: int, end: int) -> tuple[int, int]:
 def _length(data: bytes, pos: int, end: int, flexible: bool, legacy_size: int) -> tuple[int, int]:
     """(length or -1 for null, position after the length prefix)."""
     if flexible:
-        value, pos = _uvarint(data, pos, end)
+        value, pos = read_uvarint(data, pos, end, LengthError)
         return value - 1, pos
     value, pos = _signed(data, pos, legacy_size, end)
     if value < -1:
@@ -190,12 +174,12 @@ def _walk(plan: _Plan, data: bytes, pos: int, end: int) -> int:
     for step in plan.steps:
         pos = _walk_step(step, data, pos, end, flexible)
     if flexible:
-        count, pos = _uvarint(data, pos, end)
+        count, pos = read_uvarint(data, pos, end, LengthError)
         if count > end - pos:
             raise LengthError(f"{count} tagged fields at byte {pos} with {end - pos} bytes left")
         for _ in range(count):
-            tag, pos = _uvarint(data, pos, end)
-            size, pos = _uvarint(data, pos, end)
+            tag, pos = read_uvarint(data, pos, end, LengthError)
+            size, pos = read_uvarint(data, pos, end, LengthError)
             if size > end - pos:
                 raise LengthError(f"tagged field {tag} of {size} bytes with {end - pos} bytes left")
             known = plan.tags.get(tag)

@@ -13,6 +13,26 @@ class FrameError(ValueError):
     """A frame that cannot be Kafka: negative or oversized length, or a truncated header."""
 
 
+def read_uvarint(
+    data: bytes, pos: int, end: int, error: type[FrameError] = FrameError, where: str = ""
+) -> tuple[int, int]:
+    """(value, position after it) of the unsigned varint at `pos` (Kafka's ByteUtils.readUnsignedVarint:
+    at most 5 bytes); `error` names what is broken, with `where` ("request header: ") in front."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise error(f"truncated {where}unsigned varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise error(f"malformed {where}unsigned varint (longer than 5 bytes)")
+
+
 def frame(payload: bytes) -> bytes:
     """Prefix a payload with its int32 size."""
     return _SIZE.pack(len(payload)) + payload

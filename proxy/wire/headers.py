@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 
-from proxy.wire.framing import FrameError
+from proxy.wire.framing import FrameError, read_uvarint
 
 _PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 _CORRELATION = struct.Struct(">i")
@@ -30,27 +30,11 @@ class RequestHeaderInfo:
     header_size: int  # bytes from the start of the frame to the start of the body
 
 
-def _read_uvarint(data: bytes, offset: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if offset >= len(data):
-            raise FrameError("truncated request header (unsigned varint)")
-        byte = data[offset]
-        offset += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, offset
-        shift += 7
-        if shift > 28:
-            raise FrameError("malformed request header (varint too long)")
-
-
 def _skip_tagged_fields(data: bytes, offset: int) -> int:
-    count, offset = _read_uvarint(data, offset)
+    count, offset = read_uvarint(data, offset, len(data), FrameError, "request header: ")
     for _ in range(count):
-        _, offset = _read_uvarint(data, offset)
-        size, offset = _read_uvarint(data, offset)
+        _, offset = read_uvarint(data, offset, len(data), FrameError, "request header: ")
+        size, offset = read_uvarint(data, offset, len(data), FrameError, "request header: ")
         offset += size
         if offset > len(data):
             raise FrameError("truncated request header (tagged field)")
