@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +25,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(ROOT))
 
 from tests.serve_fuzz import FuzzReport, compare, fuzz  # noqa: E402
+from tests.support.serve import start_serve  # noqa: E402
 
 TOPIC_PARTITIONS = 3
 
@@ -39,29 +38,7 @@ def rss_mb(pid: int) -> float:
 
 
 def run_serve(seconds: float, seed: int, connections: int, topic: str) -> tuple[FuzzReport, list[float], int]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "group_replay",
-            "coordinator",
-            "serve",
-            "--port",
-            "0",
-            "--topics",
-            f"{topic}:{TOPIC_PARTITIONS}",
-            "--group-min-session-timeout-ms",
-            "1000",
-            "--group-initial-rebalance-delay-ms",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    port = int(json.loads(process.stdout.readline())["port"])
+    process, port = start_serve(f"{topic}:{TOPIC_PARTITIONS}")
     samples = [rss_mb(process.pid)]
 
     def tick(_: FuzzReport) -> None:

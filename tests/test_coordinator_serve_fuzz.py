@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tests.serve_fuzz import FuzzReport, compare, fuzz
+from tests.support.serve import start_serve
 
 SEED = 18
 FUZZ_S = 6.0
@@ -46,39 +46,9 @@ KAFKA_ANSWERS_TOO: dict[str, frozenset[str]] = {
 }
 
 
-def start_serve(*extra: str) -> tuple[subprocess.Popen[str], int]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "group_replay",
-            "coordinator",
-            "serve",
-            "--port",
-            "0",
-            "--topics",
-            f"fuzz:{TOPIC_PARTITIONS}",
-            # The session broker fixture's group settings (harness.broker).
-            "--group-min-session-timeout-ms",
-            "1000",
-            "--group-initial-rebalance-delay-ms",
-            "0",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line:
-        raise RuntimeError(f"coordinator did not start: {process.stderr.read() if process.stderr else ''}")
-    return process, int(json.loads(line)["port"])
-
-
 @pytest.fixture
 def serve() -> Iterator[tuple[subprocess.Popen[str], int]]:
-    process, port = start_serve()
+    process, port = start_serve(f"fuzz:{TOPIC_PARTITIONS}")
     try:
         yield process, port
     finally:

@@ -15,53 +15,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 
-from proxy.wire import ApiKey, FrameDecoder, decode_response, encode_request
+from proxy.wire import ApiKey
 from replay.coordinator import CoordinatorConfig, CoordinatorFault, GroupCoordinator
 from replay.coordinator import requests as Q
 from replay.server import ReferenceServer
+from tests.support.serve import WireClient
 
 E = ErrorCode
 TWICE = (("range", b""), ("range", b""))
-
-
-class Client:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.decoder = FrameDecoder()
-        self.correlation = 0
-        self.frames: list[bytes] = []
-
-    @classmethod
-    async def connect(cls, port: int) -> Client:
-        return cls(*await asyncio.open_connection("127.0.0.1", port))
-
-    async def send(self, request: Any) -> None:
-        self.correlation += 1
-        self.writer.write(encode_request(request, self.correlation, "robustness"))
-        await self.writer.drain()
-
-    async def receive(self, request: Any, timeout_s: float = 10) -> Any:
-        while not self.frames:
-            data = await asyncio.wait_for(self.reader.read(65536), timeout_s)
-            assert data, "the server closed the connection"
-            self.frames += self.decoder.feed(data)
-        api_key, api_version = int(type(request).__api_key__), int(type(request).__version__)
-        return decode_response(self.frames.pop(0), api_key, api_version)[1]
-
-    async def call(self, request: Any, timeout_s: float = 10) -> Any:
-        await self.send(request)
-        return await self.receive(request, timeout_s)
-
-    async def alive(self) -> bool:
-        """Answers an ApiVersions request (the connection is open and not muted)."""
-        versions = await self.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
-        return bool(versions.error_code == E.none)
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 def run_served(scenario: Callable[[ReferenceServer, int], Awaitable[None]]) -> None:
@@ -92,12 +55,12 @@ def test_a_failing_join_timer_leaves_the_other_groups_timers_running(caplog: Any
     timer. Kafka's timer thread logs that and keeps running; so must serve's."""
 
     async def scenario(server: ReferenceServer, port: int) -> None:
-        poisoned = await Client.connect(port)
+        poisoned = await WireClient.connect(port, "robustness")
         await poisoned.send(Q.join_group(3, "poisoned", protocols=TWICE))
         await eventually(lambda: server.coordinator.fault_count == 1)
         assert "does not support any of the candidate protocols" in server.coordinator.faults[-1]
 
-        healthy = await Client.connect(port)
+        healthy = await WireClient.connect(port, "robustness")
         joined = await healthy.call(Q.join_group(3, "healthy"), timeout_s=5)
         assert joined.error_code == E.none and joined.generation_id == 1
         assert await healthy.alive()
@@ -117,7 +80,7 @@ def test_a_handler_that_raises_answers_unknown_server_error_and_keeps_the_connec
     KafkaApis answers that request with UNKNOWN_SERVER_ERROR and keeps the connection."""
 
     async def scenario(server: ReferenceServer, port: int) -> None:
-        a = await Client.connect(port)
+        a = await WireClient.connect(port, "robustness")
         first = await a.call(Q.join_group(3, "g"))
         assert first.error_code == E.none
         synced = await a.call(Q.sync_group(3, "g", 1, first.member_id, assignments={first.member_id: b""}))
@@ -126,7 +89,7 @@ def test_a_handler_that_raises_answers_unknown_server_error_and_keeps_the_connec
         assert rejoin.error_code == E.unknown_server_error
         assert server.coordinator.fault_count == 1
         assert await a.alive()
-        other = await Client.connect(port)
+        other = await WireClient.connect(port, "robustness")
         assert (await other.call(Q.join_group(3, "other"))).error_code == E.none
         for client in (a, other):
             client.close()
@@ -153,8 +116,8 @@ def test_an_exception_from_handle_closes_only_that_connection(caplog: Any) -> No
 
     async def scenario(server: ReferenceServer, port: int) -> None:
         _fails_on_group(server.coordinator)
-        bad = await Client.connect(port)
-        good = await Client.connect(port)
+        bad = await WireClient.connect(port, "robustness")
+        good = await WireClient.connect(port, "robustness")
         await bad.send(DescribeGroupsRequest(groups=("boom",), include_authorized_operations=False))
         assert await asyncio.wait_for(bad.reader.read(100), 5) == b""
         described = await good.call(DescribeGroupsRequest(groups=("g",), include_authorized_operations=False))
@@ -175,14 +138,14 @@ def test_a_client_gone_while_its_join_is_parked_releases_its_connection() -> Non
     parked JoinGroups must not keep their connections, however many there are."""
 
     async def scenario(server: ReferenceServer, port: int) -> None:
-        leader = await Client.connect(port)
+        leader = await WireClient.connect(port, "robustness")
         # A long session: the leader neither expires nor rejoins during the test, so the
         # newcomers' JoinGroups stay parked.
         first = await leader.call(Q.join_group(3, "parked", session_timeout_ms=60_000))
         await leader.call(Q.sync_group(3, "parked", 1, first.member_id, assignments={}))
         abandoned = []
         for _ in range(20):
-            client = await Client.connect(port)
+            client = await WireClient.connect(port, "robustness")
             await client.send(Q.join_group(3, "parked"))  # parked until the leader rejoins
             abandoned.append(client)
         await eventually(lambda: len(server.connections) == 21)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,10 +19,10 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from proxy.wire import FrameDecoder, decode_response, encode_request
 from replay.coordinator import CoordinatorConfig
 from replay.coordinator import requests as Q
 from replay.server import ReferenceServer, parse_topics
+from tests.support.serve import WireClient, start_serve
 
 E = ErrorCode
 
@@ -33,38 +32,6 @@ def test_parse_topics() -> None:
     for bad in ("a:0", "a:x", ":3"):
         with pytest.raises(ValueError):
             parse_topics(bad)
-
-
-class WireClient:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.decoder = FrameDecoder()
-        self.correlation = 0
-        self.frames: list[bytes] = []
-
-    @classmethod
-    async def connect(cls, port: int) -> WireClient:
-        return cls(*await asyncio.open_connection("127.0.0.1", port))
-
-    async def send(self, request: Any) -> int:
-        self.correlation += 1
-        self.writer.write(encode_request(request, self.correlation, "wire-test"))
-        await self.writer.drain()
-        return self.correlation
-
-    async def receive(self, request: Any) -> Any:
-        while not self.frames:
-            data = await asyncio.wait_for(self.reader.read(65536), 10)
-            assert data, "connection closed"
-            self.frames += self.decoder.feed(data)
-        frame = self.frames.pop(0)
-        api_key, api_version = int(type(request).__api_key__), int(type(request).__version__)
-        _, response = decode_response(frame, api_key, api_version)
-        return response
-
-    async def call(self, request: Any) -> Any:
-        await self.send(request)
-        return await self.receive(request)
 
 
 def test_server_speaks_the_wire_protocol() -> None:
@@ -138,33 +105,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     events_path = tmp_path_factory.mktemp("coordinator") / "events.jsonl"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "group_replay",
-            "coordinator",
-            "serve",
-            "--port",
-            "0",
-            "--topics",
-            "events:4,wide:6",
-            "--group-min-session-timeout-ms",
-            "1000",
-            "--group-initial-rebalance-delay-ms",
-            "0",
-            "--events",
-            str(events_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line:
-        raise RuntimeError(f"coordinator did not start: {process.stderr.read() if process.stderr else ''}")
-    port = json.loads(line)["port"]
+    process, port = start_serve("events:4,wide:6", "--events", str(events_path))
     try:
         yield Served(f"127.0.0.1:{port}", events_path, process)
     finally:
