@@ -31,7 +31,6 @@ from proxy.wire.consumer_protocol import decode_assignment, decode_subscription_
 from replay.events import RebalanceEvent
 from replay.live import Connection, UnsupportedByTarget, api_versions, find_coordinator
 from replay.member import (
-    COMPANION_VERSIONS,
     HEARTBEAT,
     JOIN,
     LEAVE,
@@ -67,18 +66,6 @@ class MemberSpec:
     session_timeout_ms: int = 10_000
     rebalance_timeout_ms: int = 10_000
     protocols: tuple[str, ...] = ("range",)  # assignor names in preference order
-
-    @property
-    def sync_api_version(self) -> int:
-        return COMPANION_VERSIONS[self.join_api_version][0]
-
-    @property
-    def heartbeat_api_version(self) -> int:
-        return COMPANION_VERSIONS[self.join_api_version][1]
-
-    @property
-    def leave_api_version(self) -> int:
-        return COMPANION_VERSIONS[self.join_api_version][2]
 
     def member(self, group_id: str, topic: str, partitions: int) -> ClassicMember:
         """A fresh process of this member: the same state machine replay runs."""
@@ -342,19 +329,8 @@ class _Run:
             case Pause(member=name):
                 self.members[name].paused = True
             case Describe():
-                from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
-                from kio.schema.types import GroupId
-
-                admin = await Connection.open(self.host, self.port, "admin")
-                try:
-                    response = await admin.call(
-                        DescribeGroupsRequest(
-                            groups=(GroupId(self.group_id),), include_authorized_operations=False
-                        )
-                    )
-                finally:
-                    admin.close()
-                self.describes.append(describe_row(response.groups[0]))
+                group = await describe_group(self.host, self.port, self.group_id, "admin")
+                self.describes.append(describe_row(group))
             case Wait(ms=ms):
                 await asyncio.sleep(ms / 1000)
 
@@ -393,7 +369,7 @@ class _Run:
         self.flush(names)
 
     async def heartbeat(self, member: _Member, observed: bool, generation_offset: int = 0) -> Any:
-        api_version = member.spec.heartbeat_api_version
+        api_version = member.machine.api_versions[HEARTBEAT]
         request = entity(HEARTBEAT, api_version, member.machine.heartbeat_values(generation_offset))
         if observed:
             return await self.exchange(member, HEARTBEAT, api_version, request)
@@ -520,21 +496,11 @@ async def coordinator_ready(
     loadGroupsAndOffsets / CoordinatorRuntime's scheduleLoadOperation), and a scenario's first
     JoinGroup meeting a loading coordinator would change what the run observes. NOT_COORDINATOR
     (leadership moved) asks FindCoordinator again."""
-    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
-    from kio.schema.types import GroupId
-
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
         coordinator = await find_coordinator(host, port, group_id, served)
-        admin = await Connection.open(*coordinator, "group-replay-driver")
-        try:
-            response = await admin.call(
-                DescribeGroupsRequest(groups=(GroupId(group_id),), include_authorized_operations=False)
-            )
-        finally:
-            admin.close()
-        code = int(response.groups[0].error_code)
+        code = int((await describe_group(*coordinator, group_id, "group-replay-driver")).error_code)
         if code not in NOT_READY:
             return coordinator
         if loop.time() > deadline:
@@ -542,6 +508,21 @@ async def coordinator_ready(
                 f"{host}:{port}: coordinator for {group_id!r} not ready ({ErrorCode(code).name})"
             )
         await asyncio.sleep(0.5)
+
+
+async def describe_group(host: str, port: int, group_id: str, client_id: str) -> Any:
+    """DescribeGroups v5 for one group on its own connection (read-only: it creates no group)."""
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+    from kio.schema.types import GroupId
+
+    admin = await Connection.open(host, port, client_id)
+    try:
+        response = await admin.call(
+            DescribeGroupsRequest(groups=(GroupId(group_id),), include_authorized_operations=False)
+        )
+    finally:
+        admin.close()
+    return response.groups[0]
 
 
 def describe_row(group: Any) -> tuple[Any, ...]:
