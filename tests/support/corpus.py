@@ -15,6 +15,7 @@ initial rebalance delay), one of three stories:
 
 - `static-bounce`: members a, b, c static (group.instance.id); b is stopped and started again
   (a static member sends no LeaveGroup, so Kafka gives it its seat back without a rebalance);
+  then the group runs 60 s more, so the built-in scenarios' bounces fall inside the recording;
 - `dynamic-rolling`: a, b, c dynamic; each is stopped (LeaveGroup) and started again in turn;
 - `mixed`: a and b static, c dynamic; b is bounced (no rebalance), then c (two).
 
@@ -233,9 +234,12 @@ STATIC = {
     "mixed": {"a": True, "b": True, "c": False},
 }
 BOUNCES = {"static-bounce": ("b",), "dynamic-rolling": ("a", "b", "c"), "mixed": ("b", "c")}
+# Seconds the settled group runs on before every member stops: the static bounces are also the
+# corpus' input for the built-in scenarios, which bounce members from 10 s after the group settles.
+HOLD_S = {"static-bounce": 60, "dynamic-rolling": 0, "mixed": 0}
 SCENARIO_TEXT = {
     "static-bounce": "3 static members a, b, c; static bounce of member b (stopped without LeaveGroup, "
-    "restarted within the session timeout)",
+    "restarted within the session timeout); then 60 s steady",
     "dynamic-rolling": "3 dynamic members a, b, c; rolling restart a, b, c (each leaves with LeaveGroup "
     "and joins again)",
     "mixed": "mixed group: a, b static, c dynamic; static bounce of b, then restart of dynamic c",
@@ -261,6 +265,7 @@ def run_story(client: str, story: str, bootstrap: str, topic: str, group: str) -
             )
             running[name].wait_for(lambda e: e.event == "assigned" and bool(e.partitions), SETTLE_TIMEOUT_MS)
             wait_settled(running, wanted, SETTLE_TIMEOUT_MS)
+        time.sleep(HOLD_S[story])
     finally:
         for process in running.values():
             process.stop()
