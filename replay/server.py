@@ -578,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[p.value for p in MigrationPolicy],
         default=MigrationPolicy.DISABLED.value,
         help="Kafka's group.consumer.migration.policy: the online classic <-> consumer group "
-        "conversion (default %(default)s; Kafka's default is bidirectional; downgrade not modelled yet)",
+        "conversion (default %(default)s; Kafka's default is bidirectional)",
     )
     s.add_argument("--events", type=Path, help="append the coordinator's group events here (JSON Lines)")
     s.add_argument("--log-level", default="WARNING", help="Python logging level (default %(default)s)")

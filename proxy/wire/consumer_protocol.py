@@ -75,7 +75,9 @@ def decode_assignment_detail(data: bytes) -> tuple[dict[str, frozenset[int]], by
     return by_topic, None if entity.user_data is None else bytes(entity.user_data)
 
 
-def encode_assignment(partitions: dict[str, list[int]], blob_version: int = 0) -> bytes:
+def encode_assignment(
+    partitions: dict[str, list[int]], blob_version: int = 0, user_data: bytes | None = None
+) -> bytes:
     schema = _schema("consumer_protocol_assignment", blob_version)
     tp_cls = _tuple_element_type(schema, "assigned_partitions")
     entity = schema(
@@ -83,7 +85,7 @@ def encode_assignment(partitions: dict[str, list[int]], blob_version: int = 0) -
             tp_cls(topic=topic, partitions=tuple(i32(p) for p in sorted(parts)))
             for topic, parts in sorted(partitions.items())
         ),
-        user_data=None,
+        user_data=user_data,
     )
     return _encode("consumer_protocol_assignment", blob_version, entity)
 

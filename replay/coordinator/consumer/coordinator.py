@@ -46,7 +46,6 @@ from replay.coordinator.consumer.group import (
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
     ConsumerGroupMember,
-    ConsumerGroupState,
     MemberState,
     MigrationPolicy,
     Partitions,
@@ -196,6 +195,7 @@ class DescribedMember:
     subscribed_topic_regex: str | None
     assignment: Mapping[UUID, frozenset[int]]
     target_assignment: Mapping[UUID, frozenset[int]]
+    classic: bool = False  # uses the classic protocol (member_type 0, KIP-1099)
 
 
 @dataclass(frozen=True, slots=True)
@@ -866,8 +866,7 @@ class ConsumerGroupCoordinator:
                     DescribedGroup(
                         group_id,
                         int(ErrorCode.group_id_not_found),
-                        f"Group {group_id} not found.",
-                        group_state=ConsumerGroupState.DEAD.value,
+                        f"Group {group_id} not found.",  # no state: Kafka sets none
                     )
                 )
                 continue
@@ -889,6 +888,7 @@ class ConsumerGroupCoordinator:
                     if self.config.behaviour.describe_includes_pending_revocation
                     else m.assigned,
                     group.target.get(m.member_id, {}),
+                    m.classic is not None,
                 )
                 for m in group.members.values()
             )

@@ -22,7 +22,13 @@ org.apache.kafka:kafka-group-coordinator:4.3.1):
   of group.
 
 Deviations: the member rack from the subscription is not kept; partition epochs are not
-modelled (see group.py).
+modelled (see group.py); the downgrade by a classic static member replacing the last
+consumer-protocol member (validateOnlineDowngradeWithReplacedMember) is not modelled; Kafka
+reverts an upgrade whose triggering heartbeat then fails, the reference keeps it.
+
+Checked against Kafka 4.3.1 brokers (policy bidirectional and upgrade) by
+tests/test_consumer_group_migration_differential.py: error codes, generations and member
+epochs, assignments, DescribeGroups / ConsumerGroupDescribe group types and states.
 """
 
 from __future__ import annotations

@@ -12,9 +12,12 @@ Kafka 4.3.1 (org.apache.kafka:kafka-group-coordinator:4.3.1) is the spec:
   (INCONSISTENT_GROUP_PROTOCOL under `disabled`: throwIfClassicMemberCannotJoinConsumerGroup),
   classicGroupSyncToConsumerGroup, classicGroupHeartbeatToConsumerGroup,
   classicGroupLeaveToConsumerGroup; a JoinGroup on an EMPTY consumer group replaces it with a
-  classic group (maybeDeleteEmptyConsumerGroup). Not modelled yet: the online downgrade
-  (convertToClassicGroup) - the last consumer-protocol member leaving leaves a consumer group of
-  classic members, as Kafka does under `upgrade`/`disabled`.
+  classic group (maybeDeleteEmptyConsumerGroup).
+- the online downgrade: when the last consumer-protocol member leaves or is fenced and the policy
+  allows it (downgrade, bidirectional), consumerGroupFenceMembers converts the group back
+  (convertToClassicGroup, `_maybe_downgrade`) and starts a rebalance. Not modelled: the downgrade
+  when a classic static member replaces the last consumer-protocol one
+  (validateOnlineDowngradeWithReplacedMember): the group stays a consumer group there.
 - ConsumerGroup.validateOffsetCommit / validateOffsetFetch (member epoch instead of generation).
   Deviation: an OLDER member epoch is refused (STALE_MEMBER_EPOCH); Kafka 4.3 accepts it for the
   partitions assigned at or before that epoch (per-partition assignment epochs, not modelled).
@@ -101,6 +104,7 @@ class ConsumerGroupService:
         group manager) lets the online migration convert groups both ways."""
         self.runtime = _Runtime(classic_groups, now_ms, respond, drop_empty_classic_group, classic_manager)
         self.coordinator.timers = timers
+        self.coordinator.on_fence = self._maybe_downgrade
 
     def use_topics(self, topic_partitions: dict[str, int]) -> None:
         """The server's own topic map (it creates topics on Metadata requests)."""
@@ -253,6 +257,70 @@ class ConsumerGroupService:
         coordinator.events.append(
             ConsumerGroupEvent(now_ms, group_id, "group_upgraded", None, group.group_epoch, "")
         )
+
+    def _maybe_downgrade(self, now_ms: int, group: ConsumerGroup, leaving: ConsumerGroupMember) -> bool:
+        """consumerGroupFenceMembers' online downgrade: when every member left uses the classic
+        protocol (validateOnlineDowngradeWithFencedMembers: not empty, policy downgrade or
+        bidirectional, at most group.max.size members), convertToClassicGroup: a Stable classic
+        group at the group epoch, protocol type "consumer", members in the consumer group's order
+        (the first is the leader) with their target assignment serialised in the version of their
+        own subscription (ClassicGroup.fromConsumerGroup), session timeouts rescheduled, then
+        prepareRebalance ("Downgrade group %s from consumer to classic for member leaving.")."""
+        runtime = self.runtime
+        classic = None if runtime is None else runtime.classic_manager
+        config = self.coordinator.config
+        others = [m for m in group.members.values() if m.member_id != leaving.member_id]
+        if (
+            classic is None
+            or not others
+            or any(m.classic is None for m in others)
+            or not config.migration_policy.downgrade_enabled
+            or len(others) > config.classic_max_size
+        ):
+            return False
+        from replay.coordinator.group import ClassicGroup, Member
+        from replay.coordinator.types import GroupState
+
+        coordinator = self.coordinator
+        converted = ClassicGroup(
+            group.group_id,
+            state=GroupState.STABLE,
+            protocol_type=migration.CONSUMER_PROTOCOL_TYPE,
+            generation_id=group.group_epoch,
+            state_timestamp_ms=now_ms,
+        )
+        for m in others:
+            assert m.classic is not None
+            member = Member(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.classic.session_timeout_ms,
+                migration.CONSUMER_PROTOCOL_TYPE,
+                m.classic.protocols,
+            )
+            converted.add(member, None)
+            target = replace_assigned(m, group.target.get(m.member_id, {}))
+            member.assignment = migration.assignment_bytes(coordinator, target)
+        converted.protocol_name = converted.select_protocol()
+        for m in group.members.values():
+            for key in ("session-timeout", "rebalance-timeout", "consumer-join", "consumer-sync"):
+                coordinator.timers.cancel(f"{key}-{group.group_id}-{m.member_id}")
+        del coordinator.groups[group.group_id]
+        classic.groups[group.group_id] = converted
+        for member in converted.members.values():
+            classic._schedule_heartbeat(converted, member, member.session_timeout_ms)
+        classic._prepare_rebalance(
+            converted, f"Downgrade group {group.group_id} from consumer to classic for member leaving."
+        )
+        coordinator.events.append(
+            ConsumerGroupEvent(
+                now_ms, group.group_id, "group_downgraded", leaving.member_id, group.group_epoch
+            )
+        )
+        return True
 
     def handles_classic(self, group_id: str) -> bool:
         """Whether a classic JoinGroup/SyncGroup/Heartbeat/LeaveGroup for `group_id` is served here
@@ -460,6 +528,7 @@ class ConsumerGroupService:
         return True
 
     def describe(self, request: Any, api_version: int) -> Any:
+        """consumerGroupDescribe: a classic group's id (or an unknown one) is GROUP_ID_NOT_FOUND."""
         names = {image.topic_id: name for name, image in self.coordinator.topics.items()}
         described = self.coordinator.describe(str(g) for g in request.group_ids)
         return describe_response_to_kio(described, api_version, names)
@@ -516,6 +585,12 @@ class ConsumerGroupService:
             ListedGroup(group_id, "consumer", group.state.value, "consumer")
             for group_id, group in self.coordinator.groups.items()
         ]
+
+
+def replace_assigned(member: ConsumerGroupMember, assigned: Any) -> ConsumerGroupMember:
+    from dataclasses import replace
+
+    return replace(member, assigned=assigned)
 
 
 def _join_error(api_version: int, code: ErrorCode, member_id: str) -> Any:

@@ -169,7 +169,9 @@ def describe_response_to_kio(
                 "target_assignment": partitions(m.target_assignment),
             }
             if api_version >= 1:
-                values["member_type"] = i8(1)  # KIP-1099: 1 = consumer protocol, 0 = classic
+                values["member_type"] = i8(
+                    0 if m.classic else 1
+                )  # KIP-1099: 1 = consumer protocol, 0 = classic
             members.append(module.Member(**values))
         described.append(
             module.DescribedGroup(

@@ -1,0 +1,317 @@
+"""Differential: the online classic <-> consumer group migration against a real Kafka 4.3.1 broker
+started with group.consumer.migration.policy (it cannot change at run time, so one broker per
+policy, shared by the session). The same script of raw kio requests - classic JoinGroup/SyncGroup/
+Heartbeat/LeaveGroup and ConsumerGroupHeartbeat - goes to the broker and to the reference
+GroupCoordinator (in virtual time); the error codes, generations / member epochs, assignments,
+group types and states (DescribeGroups v5, ConsumerGroupDescribe v1) must be the same. Member ids
+the coordinator makes are named by their first appearance."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.static.primitive import i8
+
+from proxy.wire.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
+from proxy.wire.errors import ErrorCode
+from replay.coordinator import CoordinatorConfig, GroupCoordinator, RequestContext, Respond
+from replay.coordinator import requests as Q
+from replay.coordinator.consumer import ConsumerGroupConfig, HeartbeatRequest
+from replay.coordinator.consumer.group import MigrationPolicy
+from replay.coordinator.consumer.wire import heartbeat_to_kio
+from tests.test_consumer_group_differential import (
+    KafkaConnection,
+    await_topics_in_group_coordinator,
+    topic_ids,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SESSION_MS = 10_000
+BROKER_CONFIG = {
+    "group.consumer.assignment.interval.ms": "0",
+    "group.consumer.min.session.timeout.ms": "5000",
+    "group.consumer.session.timeout.ms": str(SESSION_MS),
+    "group.initial.rebalance.delay.ms": "0",
+}
+RETRY = (
+    ErrorCode.not_coordinator,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available,
+)
+
+
+class Reference:
+    """The reference coordinator behind a blocking `call`, in virtual time."""
+
+    def __init__(self, policy: MigrationPolicy, topics: dict[str, int], ids: dict[str, uuid.UUID]) -> None:
+        self.coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=0))
+        consumer = self.coordinator.consumer.coordinator
+        consumer.config = ConsumerGroupConfig(
+            migration_policy=policy, assignment_interval_ms=0, session_timeout_ms=SESSION_MS
+        )
+        consumer.topic_partitions.clear()
+        for name, n in topics.items():
+            consumer.add_topic(name, n, ids[name])
+        self.now_ms = 1_000
+        self.correlation = 0
+
+    def call(self, entity: Any) -> Any:
+        self.now_ms += 10
+        self.correlation += 1
+        ctx = RequestContext(
+            1, "kip848-differential", "/127.0.0.1", type(entity).__version__, self.correlation
+        )
+        outputs = self.coordinator.handle(self.now_ms, ctx, entity)
+        outputs += self.coordinator.advance(self.now_ms)  # a join completed by a timer due now
+        answers = [o.response for o in outputs if isinstance(o, Respond) and o.context is ctx]
+        assert len(answers) == 1, answers
+        return answers[0]
+
+    def close(self) -> None:
+        pass
+
+
+class Broker:
+    def __init__(self, bootstrap: str) -> None:
+        self.connection = KafkaConnection(bootstrap)
+
+    def call(self, entity: Any) -> Any:
+        for _ in range(100):
+            answer = self.connection.call(entity)
+            if int(getattr(answer, "error_code", 0)) not in RETRY:
+                return answer
+            group = getattr(entity, "group_id", None)
+            if group is not None:
+                self.connection.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,)))
+            time.sleep(0.2)
+        raise AssertionError("the broker never became the coordinator")
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class Script:
+    """Plays the steps on one side; every answer is recorded in a normalised form."""
+
+    def __init__(self, side: Any, group_id: str, topic: str) -> None:
+        self.side = side
+        self.group_id = group_id
+        self.topic = topic
+        self.names: dict[str, str] = {}
+        self.ids: dict[str, str] = {}  # label -> real member id
+        self.log: list[tuple[Any, ...]] = []
+        self.sub = encode_subscription([topic], 1)
+
+    def _name(self, member_id: str) -> str:
+        if not member_id:
+            return ""
+        return self.names.setdefault(member_id, f"m{len(self.names)}")
+
+    def classic_join(self, label: str, protocol_type: str = "consumer") -> int:
+        member_id = self.ids.get(label, "")
+        answer = self.side.call(
+            Q.join_group(
+                9,
+                self.group_id,
+                member_id,
+                session_timeout_ms=SESSION_MS,
+                protocol_type=protocol_type,
+                protocols=(("range", self.sub),),
+            )
+        )
+        if int(answer.error_code) == ErrorCode.member_id_required:
+            self.ids[label] = str(answer.member_id)
+            self._name(str(answer.member_id))
+            return self.classic_join(label, protocol_type)
+        self.ids.setdefault(label, str(answer.member_id))
+        self.log.append(
+            (
+                "join",
+                label,
+                int(answer.error_code),
+                int(answer.generation_id),
+                answer.protocol_type,
+                answer.protocol_name,
+                self._name(str(answer.leader)),
+                len(answer.members),
+            )
+        )
+        return int(answer.generation_id)
+
+    def classic_sync(
+        self,
+        label: str,
+        generation: int,
+        assign: dict[str, list[int]] | None = None,
+        user_data: bytes | None = None,
+        protocol_type: str = "consumer",
+    ) -> None:
+        assignments = None
+        if assign is not None:
+            assignments = {
+                self.ids[who]: encode_assignment({self.topic: parts}, user_data=user_data)
+                for who, parts in assign.items()
+            }
+        answer = self.side.call(
+            Q.sync_group(
+                5,
+                self.group_id,
+                generation,
+                self.ids[label],
+                protocol_type=protocol_type,
+                assignments=assignments,
+            )
+        )
+        parts = tuple(p.rsplit("-", 1)[1] for p in decode_assignment(bytes(answer.assignment)))
+        self.log.append(("sync", label, int(answer.error_code), parts))
+
+    def classic_heartbeat(self, label: str, generation: int) -> None:
+        answer = self.side.call(Q.heartbeat(4, self.group_id, generation, self.ids[label]))
+        self.log.append(("heartbeat", label, int(answer.error_code)))
+
+    def classic_leave(self, label: str) -> None:
+        answer = self.side.call(Q.leave_group(5, self.group_id, [(self.ids[label], None)]))
+        self.log.append(("leave", label, int(answer.error_code), [int(m.error_code) for m in answer.members]))
+
+    def consumer(self, member_id: str, epoch: int, owned: dict[uuid.UUID, frozenset[int]] | None) -> int:
+        request = HeartbeatRequest(
+            self.group_id,
+            member_id,
+            epoch,
+            rebalance_timeout_ms=30_000 if epoch == 0 else -1,
+            subscribed_topic_names=(self.topic,) if epoch == 0 else None,
+            owned={} if epoch == 0 else owned,
+        )
+        answer = self.side.call(heartbeat_to_kio(request))
+        assignment = None
+        if answer.assignment is not None:
+            assignment = tuple(
+                sorted(int(p) for tp in answer.assignment.topic_partitions for p in tp.partitions)
+            )
+        self.log.append(("consumer", member_id, int(answer.error_code), int(answer.member_epoch), assignment))
+        return int(answer.member_epoch)
+
+    def describe(self) -> None:
+        classic = self.side.call(
+            DescribeGroupsRequest(groups=(self.group_id,), include_authorized_operations=False)
+        )
+        g = classic.groups[0]
+        modern = self.side.call(
+            ConsumerGroupDescribeRequest(group_ids=(self.group_id,), include_authorized_operations=False)
+        )
+        d = modern.groups[0]
+        members = sorted(
+            (
+                self.names.get(m.member_id, m.member_id),
+                int(m.member_epoch),
+                int(m.member_type),
+                tuple(sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions)),
+            )
+            for m in d.members
+        )
+        self.log.append(
+            (
+                "describe",
+                int(g.error_code),
+                g.group_state,
+                g.protocol_type,
+                len(g.members),
+                int(d.error_code),
+                d.group_state,
+                int(d.group_epoch),
+                int(d.assignment_epoch),
+                members,
+            )
+        )
+
+
+def upgrade_then_downgrade(s: Script, ids: dict[str, uuid.UUID]) -> None:
+    """A one-member classic group (range, all 4 partitions) is joined by a consumer-protocol
+    member: the group converts, the classic member rejoins as a follower and gives up half; then the
+    consumer member leaves: the group is downgraded with a rebalance under `bidirectional`, and
+    stays a consumer group of one classic member under `upgrade`."""
+    topic_id = ids[s.topic]
+    gen = s.classic_join("A")
+    s.classic_sync("A", gen, {"A": [0, 1, 2, 3]})
+    s.describe()
+    c = "c0ffee00-0000-4000-8000-000000000001"
+    epoch = s.consumer(c, 0, None)
+    s.describe()
+    s.classic_heartbeat("A", gen)
+    gen = s.classic_join("A")
+    s.classic_sync("A", gen)
+    s.classic_heartbeat("A", gen)
+    epoch = s.consumer(c, epoch, {})
+    epoch = s.consumer(c, epoch, {topic_id: frozenset()})
+    s.describe()
+    s.consumer(c, -1, None)
+    s.describe()
+    s.classic_heartbeat("A", gen)
+    gen = s.classic_join("A")
+    s.classic_sync("A", gen, {"A": [0, 1, 2, 3]})
+    s.describe()
+
+
+def refusals(s: Script, ids: dict[str, uuid.UUID]) -> None:
+    """validateOnlineUpgrade / convertToConsumerGroup refusals: an assignment with custom userData,
+    a group whose protocol type is not "consumer"; both stay classic groups."""
+    base = s.group_id
+    s.group_id = f"{base}-userdata"
+    gen = s.classic_join("U")
+    s.classic_sync("U", gen, {"U": [0, 1, 2, 3]}, user_data=b"custom")
+    s.consumer("c0ffee00-0000-4000-8000-000000000002", 0, None)
+    s.describe()
+    s.classic_heartbeat("U", gen)
+    s.group_id = f"{base}-connect"
+    gen = s.classic_join("K", protocol_type="connect")
+    s.classic_sync("K", gen, {"K": [0]}, protocol_type="connect")
+    s.consumer("c0ffee00-0000-4000-8000-000000000003", 0, None)
+    s.describe()
+    s.group_id = base
+
+
+SCRIPTS = {"upgrade-then-downgrade": upgrade_then_downgrade, "refusals": refusals}
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+@pytest.mark.parametrize(
+    "policy", [MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE], ids=lambda p: p.value
+)
+def test_online_migration_matches_kafka(
+    script: str, policy: MigrationPolicy, broker_factory, make_topic
+) -> None:
+    broker = broker_factory(
+        "4.3.1", extra_config={**BROKER_CONFIG, "group.consumer.migration.policy": policy.value}
+    )
+    topic = make_topic(broker.bootstrap, partitions=4, prefix="mig")
+    probe = KafkaConnection(broker.bootstrap)
+    try:
+        ids = topic_ids(probe, [topic])
+        await_topics_in_group_coordinator(probe, {topic: 4})
+    finally:
+        probe.close()
+    group_id = f"mig-{policy.value}-{uuid.uuid4().hex[:8]}"
+    play = SCRIPTS[script]
+    kafka = Script(Broker(broker.bootstrap), group_id, topic)
+    try:
+        play(kafka, ids)
+    finally:
+        kafka.side.close()
+    reference = Script(Reference(policy, {topic: 4}, ids), group_id, topic)
+    play(reference, ids)
+    differences = [
+        f"step {i}: kafka {k!r}\n        reference {r!r}"
+        for i, (k, r) in enumerate(zip(kafka.log, reference.log, strict=True))
+        if k != r
+    ]
+    assert not differences, "\n".join(differences)
+    if script == "upgrade-then-downgrade":  # the group type at the end differs by policy
+        final = kafka.log[-1]
+        assert (final[2] == "Stable") is policy.downgrade_enabled, final
