@@ -30,15 +30,15 @@ from typing import Any
 
 DEFAULT_SCENARIOS: tuple[str, ...] = ("mixed-static-dynamic-group", "dynamic-to-static-rolling-upgrade")
 DEFAULT_SPEED = 4.0
-"""Live replays at four times the group's pace (a minute of broker time per scenario instead of
-two). Faithful only because the demo's broker has no initial rebalance delay (`DEMO_BROKER_SETTINGS`)."""
+"""Live replays compress the idle gaps four times; they go at 1x while one of the broker's own
+timers (initial rebalance delay, session and rebalance timeouts) may be measuring, since those run
+in real time (`replay.live.BrokerTimerPace`): about a minute of broker time per scenario, not two."""
 DEMO_BROKER_SETTINGS: dict[str, str] = {"group.initial.rebalance.delay.ms": "0"}
-"""What the demo asks of the broker it starts, beyond Kafka's group defaults. A broker's timers
-run in real time while a live replay at speed X compresses the recorded gaps X times: with Kafka's
-3 s initial delay, a replayed static member at 2x or 4x rejoins while its first JoinGroup is still
-held, and the broker fences it (FENCED_INSTANCE_ID), which the recording never saw (measured on
-the demo's capture; at 1x the live run matched the reference). Recorded into the capture header,
-the 0 applies to the reference and to the fresh brokers of the live runs alike."""
+"""What the demo asks of the broker it starts, beyond Kafka's group defaults: no initial delay, so
+the recorded group's first rebalances are not held 3 s. Recorded into the capture header, the 0
+applies to the reference and to the fresh brokers of the live runs alike. (It was once needed for
+faithful 4x runs: before the live runs were paced, a static member rejoining while its first
+JoinGroup was held by a 3 s delay was fenced, which the recording never saw.)"""
 DEFAULT_DIR = "group-replay-demo"
 
 
