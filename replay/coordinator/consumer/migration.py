@@ -35,11 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 from uuid import UUID
 
 from proxy.wire.codec import CodecError
 from proxy.wire.consumer_protocol import decode_assignment_detail, decode_subscription, encode_assignment
 from proxy.wire.errors import ErrorCode
+from replay.coordinator import responses as R
 from replay.coordinator.consumer.coordinator import (
     ConsumerGroupCoordinator,
     ConsumerGroupEvent,
@@ -53,6 +55,8 @@ from replay.coordinator.consumer.group import (
     Partitions,
     reconcile,
 )
+from replay.coordinator.group import ClassicGroup, Member
+from replay.coordinator.types import GroupState
 
 CONSUMER_PROTOCOL_TYPE = "consumer"  # ConsumerProtocol.PROTOCOL_TYPE
 
@@ -379,6 +383,80 @@ def assignment_bytes(coordinator: ConsumerGroupCoordinator, member: ConsumerGrou
         except CodecError:
             version = 0
     return encode_assignment(by_name, min(version, 3))
+
+
+def classic_group_from(
+    coordinator: ConsumerGroupCoordinator,
+    group: ConsumerGroup,
+    members: list[ConsumerGroupMember],
+    now_ms: int,
+) -> ClassicGroup:
+    """ClassicGroup.fromConsumerGroup: a Stable classic group at the group epoch, protocol type
+    "consumer", the remaining members in the consumer group's order (the first is the leader),
+    each with its target assignment serialised in its own subscription's version."""
+    converted = ClassicGroup(
+        group.group_id,
+        state=GroupState.STABLE,
+        protocol_type=CONSUMER_PROTOCOL_TYPE,
+        generation_id=group.group_epoch,
+        state_timestamp_ms=now_ms,
+    )
+    for m in members:
+        assert m.classic is not None
+        member = Member(
+            m.member_id,
+            m.instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout_ms,
+            m.classic.session_timeout_ms,
+            CONSUMER_PROTOCOL_TYPE,
+            m.classic.protocols,
+        )
+        converted.add(member, None)
+        target = replace(m, assigned=group.target.get(m.member_id, {}))
+        member.assignment = assignment_bytes(coordinator, target)
+    converted.protocol_name = converted.select_protocol()
+    return converted
+
+
+# -- the answers to classic requests served by a consumer group -------------------------------------
+
+
+def join_error_response(api_version: int, code: ErrorCode, member_id: str) -> Any:
+    return R.join_group(api_version, int(code), member_id=member_id)
+
+
+def join_ok_response(api_version: int, member_id: str, generation_id: int, protocol_name: str) -> Any:
+    """classicGroupJoinToConsumerGroup's answer: no leader, no member list (always a follower)."""
+    return R.join_group(
+        api_version,
+        0,
+        member_id=member_id,
+        generation_id=generation_id,
+        protocol_type=CONSUMER_PROTOCOL_TYPE,
+        protocol_name=protocol_name,
+    )
+
+
+def sync_error_response(api_version: int, code: ErrorCode) -> Any:
+    return R.sync_group(api_version, int(code))
+
+
+def sync_ok_response(
+    api_version: int, assignment: bytes, protocol_type: str | None, protocol_name: str | None
+) -> Any:
+    return R.sync_group(
+        api_version, 0, assignment=assignment, protocol_type=protocol_type, protocol_name=protocol_name
+    )
+
+
+def heartbeat_response(api_version: int, code: ErrorCode) -> Any:
+    return R.heartbeat(api_version, int(code))
+
+
+def leave_response(api_version: int, results: list[tuple[str, str | None, int]]) -> Any:
+    return R.leave_group(api_version, 0, results)
 
 
 __all__ = [

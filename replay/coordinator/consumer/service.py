@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.errors import ErrorCode
-from replay.coordinator import responses as R
 from replay.coordinator.consumer import migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import (
@@ -233,12 +232,16 @@ class ConsumerGroupService:
             parked = old.take_join(m)
             if parked is not None:
                 runtime.respond(
-                    parked, _join_error(parked.api_version, ErrorCode.rebalance_in_progress, m.member_id)
+                    parked,
+                    migration.join_error_response(
+                        parked.api_version, ErrorCode.rebalance_in_progress, m.member_id
+                    ),
                 )
             parked_sync = old.take_sync(m)
             if parked_sync is not None:
                 runtime.respond(
-                    parked_sync, _sync_error(parked_sync.api_version, ErrorCode.rebalance_in_progress)
+                    parked_sync,
+                    migration.sync_error_response(parked_sync.api_version, ErrorCode.rebalance_in_progress),
                 )
         group = migration.from_classic_group(
             coordinator, group_id, old.generation_id, old.protocol_name or "", views
@@ -278,33 +281,8 @@ class ConsumerGroupService:
             or len(others) > config.classic_max_size
         ):
             return False
-        from replay.coordinator.group import ClassicGroup, Member
-        from replay.coordinator.types import GroupState
-
         coordinator = self.coordinator
-        converted = ClassicGroup(
-            group.group_id,
-            state=GroupState.STABLE,
-            protocol_type=migration.CONSUMER_PROTOCOL_TYPE,
-            generation_id=group.group_epoch,
-            state_timestamp_ms=now_ms,
-        )
-        for m in others:
-            assert m.classic is not None
-            member = Member(
-                m.member_id,
-                m.instance_id,
-                m.client_id,
-                m.client_host,
-                m.rebalance_timeout_ms,
-                m.classic.session_timeout_ms,
-                migration.CONSUMER_PROTOCOL_TYPE,
-                m.classic.protocols,
-            )
-            converted.add(member, None)
-            target = replace_assigned(m, group.target.get(m.member_id, {}))
-            member.assignment = migration.assignment_bytes(coordinator, target)
-        converted.protocol_name = converted.select_protocol()
+        converted = migration.classic_group_from(coordinator, group, others, now_ms)
         for m in group.members.values():
             for key in ("session-timeout", "rebalance-timeout", "consumer-join", "consumer-sync"):
                 coordinator.timers.cancel(f"{key}-{group.group_id}-{m.member_id}")
@@ -362,7 +340,9 @@ class ConsumerGroupService:
                 )
             if unknown and api_version >= 4 and request.group_instance_id is None:
                 # JoinGroupRequest.requiresKnownMemberId
-                runtime.respond(ctx, _join_error(api_version, ErrorCode.member_id_required, member_id))
+                runtime.respond(
+                    ctx, migration.join_error_response(api_version, ErrorCode.member_id_required, member_id)
+                )
                 return True
             now_ms = runtime.now_ms()
             member = migration.classic_join(
@@ -379,10 +359,13 @@ class ConsumerGroupService:
                 ctx.client_host,
             )
         except HeartbeatError as exc:
-            runtime.respond(ctx, _join_error(api_version, exc.code, request.member_id))
+            runtime.respond(ctx, migration.join_error_response(api_version, exc.code, request.member_id))
             return True
         except PartitionAssignorError:
-            runtime.respond(ctx, _join_error(api_version, ErrorCode.unknown_server_error, request.member_id))
+            runtime.respond(
+                ctx,
+                migration.join_error_response(api_version, ErrorCode.unknown_server_error, request.member_id),
+            )
             return True
         group_id = group.group_id
         coordinator.timers.cancel(f"consumer-join-{group_id}-{member.member_id}")
@@ -391,7 +374,9 @@ class ConsumerGroupService:
         self._schedule_classic_timeout(now_ms, "consumer-sync", group, member, request.rebalance_timeout_ms)
         runtime.respond(
             ctx,
-            _join_ok(api_version, member.member_id, member.member_epoch, member.classic.protocol_name),
+            migration.join_ok_response(
+                api_version, member.member_id, member.member_epoch, member.classic.protocol_name
+            ),
         )
         return True
 
@@ -447,7 +432,7 @@ class ConsumerGroupService:
                 )
                 raise HeartbeatError(ErrorCode.rebalance_in_progress, "rejoin")
         except HeartbeatError as exc:
-            runtime.respond(ctx, _sync_error(api_version, exc.code))
+            runtime.respond(ctx, migration.sync_error_response(api_version, exc.code))
             return True
         coordinator.timers.cancel(f"consumer-sync-{group.group_id}-{member.member_id}")
         coordinator._schedule_session_timeout(
@@ -455,7 +440,7 @@ class ConsumerGroupService:
         )
         runtime.respond(
             ctx,
-            _sync_ok(
+            migration.sync_ok_response(
                 api_version,
                 migration.assignment_bytes(coordinator, member),
                 request.protocol_type,
@@ -489,7 +474,7 @@ class ConsumerGroupService:
                 self._schedule_classic_timeout(
                     now_ms, "consumer-join", group, member, member.rebalance_timeout_ms, if_absent=True
                 )
-        runtime.respond(ctx, _heartbeat(ctx.api_version, code))
+        runtime.respond(ctx, migration.heartbeat_response(ctx.api_version, code))
         return True
 
     def classic_leave(self, ctx: RequestContext, request: Any) -> bool:
@@ -524,7 +509,7 @@ class ConsumerGroupService:
             current = group.members.get(member.member_id)
             if coordinator.groups.get(group.group_id) is group and current is not None:
                 coordinator._fence(now_ms, group, current, "member_left", "the classic member left")
-        runtime.respond(ctx, _leave(ctx.api_version, results))
+        runtime.respond(ctx, migration.leave_response(ctx.api_version, results))
         return True
 
     def describe(self, request: Any, api_version: int) -> Any:
@@ -585,48 +570,6 @@ class ConsumerGroupService:
             ListedGroup(group_id, "consumer", group.state.value, "consumer")
             for group_id, group in self.coordinator.groups.items()
         ]
-
-
-def replace_assigned(member: ConsumerGroupMember, assigned: Any) -> ConsumerGroupMember:
-    from dataclasses import replace
-
-    return replace(member, assigned=assigned)
-
-
-def _join_error(api_version: int, code: ErrorCode, member_id: str) -> Any:
-    return R.join_group(api_version, int(code), member_id=member_id)
-
-
-def _join_ok(api_version: int, member_id: str, generation_id: int, protocol_name: str) -> Any:
-    """classicGroupJoinToConsumerGroup's answer: no leader, no member list (always a follower)."""
-    return R.join_group(
-        api_version,
-        0,
-        member_id=member_id,
-        generation_id=generation_id,
-        protocol_type=migration.CONSUMER_PROTOCOL_TYPE,
-        protocol_name=protocol_name,
-    )
-
-
-def _sync_error(api_version: int, code: ErrorCode) -> Any:
-    return R.sync_group(api_version, int(code))
-
-
-def _sync_ok(
-    api_version: int, assignment: bytes, protocol_type: str | None, protocol_name: str | None
-) -> Any:
-    return R.sync_group(
-        api_version, 0, assignment=assignment, protocol_type=protocol_type, protocol_name=protocol_name
-    )
-
-
-def _heartbeat(api_version: int, code: ErrorCode) -> Any:
-    return R.heartbeat(api_version, int(code))
-
-
-def _leave(api_version: int, results: list[tuple[str, str | None, int]]) -> Any:
-    return R.leave_group(api_version, 0, results)
 
 
 __all__ = ["ClassicLookup", "ConsumerGroupService", "ListedGroup"]
