@@ -114,7 +114,7 @@ class Script:
             return ""
         return self.names.setdefault(member_id, f"m{len(self.names)}")
 
-    def classic_join(self, label: str, protocol_type: str = "consumer") -> int:
+    def classic_join(self, label: str, protocol_type: str = "consumer", instance: str | None = None) -> int:
         member_id = self.ids.get(label, "")
         answer = self.side.call(
             Q.join_group(
@@ -124,6 +124,7 @@ class Script:
                 session_timeout_ms=SESSION_MS,
                 protocol_type=protocol_type,
                 protocols=(("range", self.sub),),
+                group_instance_id=instance,
             )
         )
         if int(answer.error_code) == ErrorCode.member_id_required:
@@ -131,6 +132,7 @@ class Script:
             self._name(str(answer.member_id))
             return self.classic_join(label, protocol_type)
         self.ids.setdefault(label, str(answer.member_id))
+        self._name(str(answer.member_id))
         self.log.append(
             (
                 "join",
@@ -180,11 +182,18 @@ class Script:
         answer = self.side.call(Q.leave_group(5, self.group_id, [(self.ids[label], None)]))
         self.log.append(("leave", label, int(answer.error_code), [int(m.error_code) for m in answer.members]))
 
-    def consumer(self, member_id: str, epoch: int, owned: dict[uuid.UUID, frozenset[int]] | None) -> int:
+    def consumer(
+        self,
+        member_id: str,
+        epoch: int,
+        owned: dict[uuid.UUID, frozenset[int]] | None,
+        instance: str | None = None,
+    ) -> int:
         request = HeartbeatRequest(
             self.group_id,
             member_id,
             epoch,
+            instance_id=instance,
             rebalance_timeout_ms=30_000 if epoch == 0 else -1,
             subscribed_topic_names=(self.topic,) if epoch == 0 else None,
             owned={} if epoch == 0 else owned,
@@ -277,7 +286,34 @@ def refusals(s: Script, ids: dict[str, uuid.UUID]) -> None:
     s.group_id = base
 
 
-SCRIPTS = {"upgrade-then-downgrade": upgrade_then_downgrade, "refusals": refusals}
+def static_replaced_across_protocols(s: Script, ids: dict[str, uuid.UUID]) -> None:
+    """A classic static member's instance id taken over by a consumer-protocol member (no
+    UNRELEASED_INSTANCE_ID: the replaced member uses the classic protocol), then the dynamic
+    consumer member leaves: nothing to downgrade, the static one uses the consumer protocol now."""
+    topic_id = ids[s.topic]
+    gen = s.classic_join("S", instance="i-s")
+    s.classic_sync("S", gen, {"S": [0, 1, 2, 3]})
+    c = "c0ffee00-0000-4000-8000-000000000004"
+    epoch = s.consumer(c, 0, None)
+    s.classic_heartbeat("S", gen)
+    gen = s.classic_join("S", instance="i-s")
+    s.classic_sync("S", gen)
+    epoch = s.consumer(c, epoch, {})
+    s.describe()
+    static = "c0ffee00-0000-4000-8000-000000000005"
+    static_epoch = s.consumer(static, 0, None, instance="i-s")
+    s.classic_heartbeat("S", gen)
+    s.describe()
+    s.consumer(static, static_epoch, {topic_id: frozenset({0, 1})})
+    s.consumer(c, -1, None)
+    s.describe()
+
+
+SCRIPTS = {
+    "upgrade-then-downgrade": upgrade_then_downgrade,
+    "refusals": refusals,
+    "static-replaced-across-protocols": static_replaced_across_protocols,
+}
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
