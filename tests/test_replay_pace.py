@@ -184,3 +184,20 @@ def test_a_leave_behind_a_held_join_waits_for_its_answer(demo_plan: ReplayPlan) 
     left = [e for e in result.events if e.event == EventName.MEMBER_LEFT]
     assert {e.member_key for e in left} >= {"dynamic-aiokafka#0", "dynamic-java-2.4#0"}
     assert min(e.ts_ms for e in left) >= 9_000  # answered after the held JoinGroup
+
+
+def test_the_scaled_clock_changes_rate_without_a_jump() -> None:
+    wall = [10.0]
+    clock = ScaledClock(4.0, monotonic=lambda: wall[0])
+    clock.start()
+    wall[0] += 1.0
+    assert clock.now_ms() == 4_000
+    clock.set_rate(1.0)  # a broker timer measures from here: real time
+    assert clock.now_ms() == 4_000
+    wall[0] += 0.5
+    assert clock.now_ms() == 4_500 and clock.seconds_until(5_500) == pytest.approx(1.0)
+    clock.set_rate(4.0)
+    wall[0] += 0.25
+    assert clock.now_ms() == 5_500
+    with pytest.raises(ValueError):
+        clock.set_rate(0)
