@@ -2,7 +2,8 @@
 consumers and Java kafka-clients 4.3.1 consumers (tests/java/ConsumerProtocolMember.java) with
 `group.protocol=consumer` form a group, split the topic, and the survivor takes
 everything when one leaves; a classic client asking for the same group id is refused
-(INCONSISTENT_GROUP_PROTOCOL: the online migration is not modelled yet); ListGroups and
+(INCONSISTENT_GROUP_PROTOCOL: serve's default migration policy is `disabled`; the online
+migration is in tests/test_consumer_group_migration*.py); ListGroups and
 ConsumerGroupDescribe (through confluent-kafka's AdminClient) show the consumer group, and
 DeleteGroups refuses it while it has members and deletes it once empty.
 """
@@ -312,7 +313,7 @@ def _protocol_clash(bootstrap: str) -> tuple[int, int]:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_protocol_clashes_answer_as_kafka_4_3_with_migration_disabled(serve: str, broker_factory) -> None:
-    """The reference does not model the online migration yet and answers as Kafka 4.3.1 does with
+    """The reference with its default policy answers as Kafka 4.3.1 does with
     group.consumer.migration.policy=disabled: a consumer-protocol join on a live classic group gets
     GROUP_ID_NOT_FOUND (validateOnlineUpgrade), a classic join on a consumer group gets
     INCONSISTENT_GROUP_PROTOCOL (throwIfClassicMemberCannotJoinConsumerGroup)."""
