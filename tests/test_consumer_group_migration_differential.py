@@ -105,6 +105,7 @@ class Script:
         self.group_id = group_id
         self.topic = topic
         self.names: dict[str, str] = {}
+        self.held: dict[str, frozenset[int]] = {}  # consumer member -> its last assignment
         self.ids: dict[str, str] = {}  # label -> real member id
         self.log: list[tuple[Any, ...]] = []
         self.sub = encode_subscription([topic], 1)
@@ -205,6 +206,8 @@ class Script:
                 sorted(int(p) for tp in answer.assignment.topic_partitions for p in tp.partitions)
             )
         self.log.append(("consumer", member_id, int(answer.error_code), int(answer.member_epoch), assignment))
+        if assignment is not None:
+            self.held[member_id] = frozenset(assignment)
         return int(answer.member_epoch)
 
     def describe(self) -> None:
@@ -309,7 +312,33 @@ def static_replaced_across_protocols(s: Script, ids: dict[str, uuid.UUID]) -> No
     s.describe()
 
 
+def static_rolling_downgrade(s: Script, ids: dict[str, uuid.UUID]) -> None:
+    """A consumer group of a static consumer-protocol member X and a classic member A; X leaves
+    temporarily (epoch -2) and comes back as a classic static member with its instance id: the
+    group is downgraded by that replacement under `bidirectional`
+    (validateOnlineDowngradeWithReplacedMember), and X's successor joins the consumer group as a
+    classic member under `upgrade`."""
+    topic_id = ids[s.topic]
+    x = "c0ffee00-0000-4000-8000-000000000006"
+    epoch = s.consumer(x, 0, None, instance="i-x")
+    gen = s.classic_join("A")
+    s.classic_sync("A", gen)
+    epoch = s.consumer(x, epoch, {topic_id: s.held[x]})
+    epoch = s.consumer(x, epoch, {topic_id: s.held[x]})
+    s.classic_heartbeat("A", gen)
+    gen = s.classic_join("A")
+    s.classic_sync("A", gen)
+    s.describe()
+    s.consumer(x, -2, None, instance="i-x")
+    gen_y = s.classic_join("Y", instance="i-x")
+    s.describe()
+    s.classic_sync("Y", gen_y)
+    s.classic_heartbeat("A", gen)
+    s.describe()
+
+
 SCRIPTS = {
+    "static-rolling-downgrade": static_rolling_downgrade,
     "upgrade-then-downgrade": upgrade_then_downgrade,
     "refusals": refusals,
     "static-replaced-across-protocols": static_replaced_across_protocols,

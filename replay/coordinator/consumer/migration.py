@@ -22,9 +22,8 @@ org.apache.kafka:kafka-group-coordinator:4.3.1):
   of group.
 
 Deviations: the member rack from the subscription is not kept; partition epochs are not
-modelled (see group.py); the downgrade by a classic static member replacing the last
-consumer-protocol member (validateOnlineDowngradeWithReplacedMember) is not modelled; Kafka
-reverts an upgrade whose triggering heartbeat then fails, the reference keeps it.
+modelled (see group.py); Kafka reverts an upgrade whose triggering heartbeat then fails, the
+reference keeps it.
 
 Checked against Kafka 4.3.1 brokers (policy bidirectional and upgrade) by
 tests/test_consumer_group_migration_differential.py: error codes, generations and member
@@ -216,6 +215,7 @@ def classic_join(
     protocols: tuple[tuple[str, bytes], ...],
     client_id: str,
     client_host: str,
+    downgrade: bool = False,
 ) -> ConsumerGroupMember:
     """classicGroupJoinToConsumerGroup after its request checks (policy, size, protocols,
     MEMBER_ID_REQUIRED, done by the service): get or subscribe the member (no epoch check for
@@ -223,7 +223,7 @@ def classic_join(
     protocol that one uses), update it from the embedded subscription, bump the group epoch on a
     subscription change, update the target and reconcile against the owned partitions the
     subscription reports. Returns the reconciled member (its epoch is the JoinGroup generation).
-    The online downgrade by static replacement is not modelled here."""
+    With `downgrade` (the service converts the group afterwards) no new target is computed."""
     replaced: ConsumerGroupMember | None = None
     if instance_id is None:
         # getOrMaybeSubscribeDynamicConsumerGroupMember(..., createIfNotExists=true, classic): any id
@@ -278,10 +278,19 @@ def classic_join(
     if names_changed or regex_changed or metadata_hash != group.metadata_hash:
         group.group_epoch += 1
         group.metadata_hash = metadata_hash
-    target_epoch, target = coordinator._maybe_update_target(now_ms, group, group.group_epoch, member, updated)
+    if downgrade:
+        # validateOnlineDowngradeWithReplacedMember held: no new target; reconciled against the
+        # current one unless the group epoch moved on (then the classic group rebalances).
+        target_epoch, target = group.assignment_epoch, group.target_of(updated)
+        skip = group.assignment_epoch < group.group_epoch
+    else:
+        target_epoch, target = coordinator._maybe_update_target(
+            now_ms, group, group.group_epoch, member, updated
+        )
+        skip = False
     owned: Partitions = topic_partitions(coordinator, subscription.owned_partitions)
     reconciled = updated
-    if names_changed or regex_changed or not updated.is_reconciled_to(target_epoch):
+    if not skip and (names_changed or regex_changed or not updated.is_reconciled_to(target_epoch)):
         reconciled = reconcile(
             updated,
             target_epoch,
@@ -299,6 +308,36 @@ def classic_join(
             )
         )
     return reconciled
+
+
+def downgrade_by_replacement(config: Any, group: ConsumerGroup, instance_id: str | None) -> bool:
+    """validateOnlineDowngradeWithReplacedMember: a classic static member takes the instance id
+    of the only member using the consumer protocol, the policy allows the downgrade and the group
+    fits group.max.size."""
+    existing = None if instance_id is None else group.static_member(instance_id)
+    return (
+        existing is not None
+        and existing.classic is None
+        and all(m.classic is not None for m in group.members.values() if m is not existing)
+        and config.migration_policy.downgrade_enabled
+        and len(group.members) <= config.classic_max_size
+    )
+
+
+def leaving_member(group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerGroupMember:
+    """classicGroupLeaveToConsumerGroup's identity checks for one MemberIdentity (an instance id
+    with an unknown member id is an administrative removal)."""
+    if instance_id is None:
+        member = group.members.get(member_id)
+        if member is None:
+            raise HeartbeatError(ErrorCode.unknown_member_id, f"Member {member_id} is unknown.")
+        return member
+    found = group.static_member(instance_id)
+    if found is None:
+        raise HeartbeatError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
+    if member_id != "" and found.member_id != member_id:
+        raise HeartbeatError(ErrorCode.fenced_instance_id, f"Static member {member_id} was fenced.")
+    return found
 
 
 def classic_member(group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerGroupMember:

@@ -15,9 +15,8 @@ Kafka 4.3.1 (org.apache.kafka:kafka-group-coordinator:4.3.1) is the spec:
   classic group (maybeDeleteEmptyConsumerGroup).
 - the online downgrade: when the last consumer-protocol member leaves or is fenced and the policy
   allows it (downgrade, bidirectional), consumerGroupFenceMembers converts the group back
-  (convertToClassicGroup, `_maybe_downgrade`) and starts a rebalance. Not modelled: the downgrade
-  when a classic static member replaces the last consumer-protocol one
-  (validateOnlineDowngradeWithReplacedMember): the group stays a consumer group there.
+  (convertToClassicGroup, `_maybe_downgrade`) and starts a rebalance. So does a classic static member
+  taking the instance id of the last consumer-protocol member (validateOnlineDowngradeWithReplacedMember).
 - ConsumerGroup.validateOffsetCommit / validateOffsetFetch (member epoch instead of generation).
   Deviation: an OLDER member epoch is refused (STALE_MEMBER_EPOCH); Kafka 4.3 accepts it for the
   partitions assigned at or before that epoch (per-partition assignment epochs, not modelled).
@@ -281,8 +280,29 @@ class ConsumerGroupService:
             or len(others) > config.classic_max_size
         ):
             return False
+        self._convert_to_classic(
+            now_ms,
+            group,
+            others,
+            f"Downgrade group {group.group_id} from consumer to classic for member leaving.",
+            leaving.member_id,
+        )
+        return True
+
+    def _convert_to_classic(
+        self,
+        now_ms: int,
+        group: ConsumerGroup,
+        members: list[ConsumerGroupMember],
+        rebalance_reason: str | None,
+        why: str | None,
+    ) -> None:
+        """convertToClassicGroup: the consumer group and its timers go, the classic group takes
+        its id with the members' session timeouts (rescheduleClassicGroupMemberHeartbeat) and, if
+        asked, prepareRebalance."""
+        classic = self._runtime().classic_manager
         coordinator = self.coordinator
-        converted = migration.classic_group_from(coordinator, group, others, now_ms)
+        converted = migration.classic_group_from(coordinator, group, members, now_ms)
         for m in group.members.values():
             for key in ("session-timeout", "rebalance-timeout", "consumer-join", "consumer-sync"):
                 coordinator.timers.cancel(f"{key}-{group.group_id}-{m.member_id}")
@@ -290,15 +310,11 @@ class ConsumerGroupService:
         classic.groups[group.group_id] = converted
         for member in converted.members.values():
             classic._schedule_heartbeat(converted, member, member.session_timeout_ms)
-        classic._prepare_rebalance(
-            converted, f"Downgrade group {group.group_id} from consumer to classic for member leaving."
-        )
+        if rebalance_reason is not None:
+            classic._prepare_rebalance(converted, rebalance_reason)
         coordinator.events.append(
-            ConsumerGroupEvent(
-                now_ms, group.group_id, "group_downgraded", leaving.member_id, group.group_epoch
-            )
+            ConsumerGroupEvent(now_ms, group.group_id, "group_downgraded", why, group.group_epoch)
         )
-        return True
 
     def handles_classic(self, group_id: str) -> bool:
         """Whether a classic JoinGroup/SyncGroup/Heartbeat/LeaveGroup for `group_id` is served here
@@ -345,6 +361,9 @@ class ConsumerGroupService:
                 )
                 return True
             now_ms = runtime.now_ms()
+            downgrade = migration.downgrade_by_replacement(
+                coordinator.config, group, request.group_instance_id
+            )
             member = migration.classic_join(
                 coordinator,
                 now_ms,
@@ -357,6 +376,7 @@ class ConsumerGroupService:
                 tuple(request.protocols),
                 ctx.client_id,
                 ctx.client_host,
+                downgrade,
             )
         except HeartbeatError as exc:
             runtime.respond(ctx, migration.join_error_response(api_version, exc.code, request.member_id))
@@ -370,6 +390,19 @@ class ConsumerGroupService:
         group_id = group.group_id
         coordinator.timers.cancel(f"consumer-join-{group_id}-{member.member_id}")
         assert member.classic is not None
+        if downgrade:
+            stale = group.assignment_epoch < group.group_epoch
+            reason = f"Downgrade group {group_id} from consumer to classic with stale assignment."
+            self._convert_to_classic(
+                now_ms, group, list(group.members.values()), reason if stale else None, member.member_id
+            )
+            runtime.respond(
+                ctx,
+                migration.join_ok_response(
+                    api_version, member.member_id, member.member_epoch, member.classic.protocol_name
+                ),
+            )
+            return True
         coordinator._schedule_session_timeout(now_ms, group_id, member.member_id, request.session_timeout_ms)
         self._schedule_classic_timeout(now_ms, "consumer-sync", group, member, request.rebalance_timeout_ms)
         runtime.respond(
@@ -489,19 +522,8 @@ class ConsumerGroupService:
         leaving: list[ConsumerGroupMember] = []
         for member_id, instance_id in request.members:
             try:
-                if instance_id is None:
-                    member = group.members.get(member_id)
-                    if member is None:
-                        raise HeartbeatError(ErrorCode.unknown_member_id, "unknown member")
-                else:
-                    found = group.static_member(instance_id)
-                    if found is None:
-                        raise HeartbeatError(ErrorCode.unknown_member_id, "unknown instance id")
-                    if member_id != "" and found.member_id != member_id:
-                        raise HeartbeatError(ErrorCode.fenced_instance_id, "fenced")
-                    member = found
+                leaving.append(migration.leaving_member(group, member_id, instance_id))
                 results.append((member_id, instance_id, 0))
-                leaving.append(member)
             except HeartbeatError as exc:
                 results.append((member_id, instance_id, int(exc.code)))
         now_ms = runtime.now_ms()
