@@ -97,13 +97,15 @@ def load_checkout(name: str, root: Path) -> Checkout:
 def spark_jobs_since(spark: SparkSession, first_id: int) -> list[dict[str, Any]]:
     """Spark jobs with id >= first_id from the status store (kept with the UI off too)."""
     store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
-    stage_list = store.stageList(None)
     stage_cpu: dict[int, float] = {}
-    for i in range(stage_list.size()):
-        stage = stage_list.apply(i)
-        stage_cpu[int(stage.stageId())] = (
-            stage_cpu.get(int(stage.stageId()), 0) + stage.executorRunTime() / 1000
-        )
+    try:  # the status store's Scala signature differs between Spark versions
+        stage_list = store.stageList(None, False, None, None, None)
+        for i in range(stage_list.size()):
+            stage = stage_list.apply(i)
+            stage_id = int(stage.stageId())
+            stage_cpu[stage_id] = stage_cpu.get(stage_id, 0) + stage.executorRunTime() / 1000
+    except Exception:  # the per-stage task time is optional
+        stage_cpu = {}
     jobs = []
     listed = store.jobsList(None)
     for i in range(listed.size()):
@@ -124,8 +126,9 @@ def spark_jobs_since(spark: SparkSession, first_id: int) -> list[dict[str, Any]]
                 "stages": int(job.stageIds().size()),
                 "what": str(job.name())[:90],
                 "task_s_per_stage": [
-                    round(stage_cpu.get(int(job.stageIds().apply(k)), 0.0), 1)
-                    for k in range(job.stageIds().size())
+                    round(stage_cpu[stage_id], 1)
+                    for stage_id in (int(job.stageIds().apply(k)) for k in range(job.stageIds().size()))
+                    if stage_id in stage_cpu
                 ],
             }
         )
