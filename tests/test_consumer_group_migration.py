@@ -108,6 +108,19 @@ def test_upgrade_converts_a_live_classic_group_and_classic_members_rejoin() -> N
     assert group.state.value == "Stable" and owned > 0
     described = sim.coordinator.consumer.coordinator.describe(["g"])[0]
     assert described.group_state == "Stable" and len(described.members) == 3
+    # ConsumerGroup.validateOffsetCommit/Fetch: a classic member commits with any version and
+    # its generation; a wrong one is ILLEGAL_GENERATION (STALE_MEMBER_EPOCH for the consumer protocol)
+    service = sim.coordinator.consumer
+    assert service.validate_offset_commit("g", ids[0], None, generation + 1, 8) == 0
+    assert (
+        service.validate_offset_commit("g", ids[0], None, generation + 2, 8) == ErrorCode.illegal_generation
+    )
+    assert service.validate_offset_fetch("g", ids[0], generation) == ErrorCode.illegal_generation
+    consumer_id = str(answer.member_id)
+    assert (
+        service.validate_offset_commit("g", consumer_id, None, generation + 1, 8)
+        == ErrorCode.unsupported_version
+    )
 
 
 @pytest.mark.parametrize("policy", [MigrationPolicy.DISABLED, MigrationPolicy.DOWNGRADE])

@@ -179,6 +179,16 @@ class Script:
         answer = self.side.call(Q.heartbeat(4, self.group_id, generation, self.ids[label]))
         self.log.append(("heartbeat", label, int(answer.error_code)))
 
+    def classic_commit(self, label: str, generation: int, api_version: int = 8) -> None:
+        """OffsetCommit of partition 0 by a classic member (its generation as the member epoch)."""
+        request = Q.offset_commit(
+            api_version, self.group_id, generation, self.ids[label], {(self.topic, 0): 7}
+        )
+        answer = self.side.call(request)
+        self.log.append(
+            ("commit", label, generation, [int(p.error_code) for t in answer.topics for p in t.partitions])
+        )
+
     def classic_leave(self, label: str) -> None:
         answer = self.side.call(Q.leave_group(5, self.group_id, [(self.ids[label], None)]))
         self.log.append(("leave", label, int(answer.error_code), [int(m.error_code) for m in answer.members]))
@@ -260,6 +270,8 @@ def upgrade_then_downgrade(s: Script, ids: dict[str, uuid.UUID]) -> None:
     gen = s.classic_join("A")
     s.classic_sync("A", gen)
     s.classic_heartbeat("A", gen)
+    s.classic_commit("A", gen)
+    s.classic_commit("A", gen + 1)
     epoch = s.consumer(c, epoch, {})
     epoch = s.consumer(c, epoch, {topic_id: frozenset()})
     s.describe()

@@ -552,10 +552,10 @@ class ConsumerGroupService:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if api_version < 9:
+        if api_version < 9 and member.classic is None:  # classic members commit with any version
             return ErrorCode.unsupported_version
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+        if member_epoch != member.member_epoch:  # a classic member's generation: ILLEGAL_GENERATION
+            return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
         return ErrorCode.none
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
@@ -566,7 +566,9 @@ class ConsumerGroupService:
         member = group.members.get(member_id or "")
         if member is None:
             return ErrorCode.unknown_member_id
-        return ErrorCode.none if member_epoch == member.member_epoch else ErrorCode.stale_member_epoch
+        if member_epoch == member.member_epoch:  # validateMemberEpoch
+            return ErrorCode.none
+        return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
 
     def empty_groups(self) -> list[str]:
         """Consumer groups without members (GroupMetadataManager.cleanupGroupMetadata deletes
