@@ -9,7 +9,6 @@ codes only: member ids differ) must be identical.
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,18 +19,18 @@ import pytest
 from proxy.wire import (
     ApiKey,
     ErrorCode,
-    FrameDecoder,
     build_request,
-    decode_response,
-    encode_request,
     request_class,
 )
 from proxy.wire.consumer_protocol import encode_subscription
 from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 from replay.coordinator import requests as Q
 from tests.coordinator_sim import Sim
+from tests.support.serve import WireClient, start_serve
 
 E = ErrorCode
+
+NO_INITIAL_DELAY = ("--group-initial-rebalance-delay-ms", "0")
 
 
 def delete_groups(*groups: str) -> Any:
@@ -122,21 +121,11 @@ def test_offset_delete_of_the_last_offsets_removes_an_empty_group_on_scala_only(
 
 
 async def _script(port: int, group_id: str, topic: str, other: str) -> list[Any]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    decoder = FrameDecoder()
-    correlation = 0
+    client = await WireClient.connect(port, "admin-test")
+    writer = client.writer
 
     async def call(request: Any) -> Any:
-        nonlocal correlation
-        correlation += 1
-        writer.write(encode_request(request, correlation, "admin-test"))
-        await writer.drain()
-        frames: list[bytes] = []
-        while not frames:
-            data = await asyncio.wait_for(reader.read(65536), 30)
-            assert data, "connection closed"
-            frames = decoder.feed(data)
-        return decode_response(frames[0], int(type(request).__api_key__), int(type(request).__version__))[1]
+        return await client.call(request, timeout_s=30)
 
     answers: list[Any] = []
     metadata = encode_subscription([topic])
@@ -185,15 +174,8 @@ def test_delete_groups_and_offsets_answer_like_kafka(kafka_39: Any, make_topic: 
     asyncio.run(wait_coordinator_ready("127.0.0.1", port, (group_id,)))
     kafka = asyncio.run(_script(port, group_id, topic, other))
 
-    process = subprocess.Popen(
-        [sys.executable, "-m", "group_replay", "coordinator", "serve", "--port", "0",
-         "--group-initial-rebalance-delay-ms", "0", "--topics", f"{topic},{other}"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    process, served_port = start_serve(f"{topic},{other}", group_settings=NO_INITIAL_DELAY)
     try:
-        assert process.stdout is not None
-        served_port = int(json.loads(process.stdout.readline())["port"])
         served = asyncio.run(_script(served_port, group_id, topic, other))
     finally:
         process.terminate()
@@ -225,21 +207,11 @@ def _kafka_tools_classpath() -> str:
 async def _admin_setup(port: int, empty: str, live: str, topic: str, other: str) -> asyncio.StreamWriter:
     """`empty`: an Empty consumer group with offsets for both topics; `live`: a one-member
     consumer group subscribed to `topic`, kept Stable while the returned connection is open."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    decoder = FrameDecoder()
-    correlation = 0
+    client = await WireClient.connect(port, "admin-setup")
+    writer = client.writer
 
     async def call(request: Any) -> Any:
-        nonlocal correlation
-        correlation += 1
-        writer.write(encode_request(request, correlation, "admin-setup"))
-        await writer.drain()
-        frames: list[bytes] = []
-        while not frames:
-            data = await asyncio.wait_for(reader.read(65536), 30)
-            assert data, "connection closed"
-            frames = decoder.feed(data)
-        return decode_response(frames[0], int(type(request).__api_key__), int(type(request).__version__))[1]
+        return await client.call(request, timeout_s=30)
 
     metadata = encode_subscription([topic])
     for group_id in (empty, live):
@@ -307,15 +279,9 @@ def test_kafka_consumer_groups_delete_and_delete_offsets_against_serve(
         return outputs
 
     kafka = run(port)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "group_replay", "coordinator", "serve", "--port", "0",
-         "--group-initial-rebalance-delay-ms", "0", "--topics", f"{topic},{other}"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    process, served_port = start_serve(f"{topic},{other}", group_settings=NO_INITIAL_DELAY)
     try:
-        assert process.stdout is not None
-        served = run(int(json.loads(process.stdout.readline())["port"]))
+        served = run(served_port)
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -66,9 +66,11 @@ class WireClient:
         self.writer.close()
 
 
-def start_serve(topics: str, *extra: str) -> tuple[subprocess.Popen[str], int]:
-    """`group-replay coordinator serve --port 0 --topics TOPICS` with the test group settings and
-    `extra` arguments; returns the process and the port it printed."""
+def start_serve(
+    topics: str, *extra: str, group_settings: tuple[str, ...] = TEST_GROUP_SETTINGS
+) -> tuple[subprocess.Popen[str], int]:
+    """`group-replay coordinator serve --port 0 --topics TOPICS` with `group_settings` and `extra`
+    arguments; returns the process and the port it printed."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -80,7 +82,7 @@ def start_serve(topics: str, *extra: str) -> tuple[subprocess.Popen[str], int]:
             "0",
             "--topics",
             topics,
-            *TEST_GROUP_SETTINGS,
+            *group_settings,
             *extra,
         ],
         stdout=subprocess.PIPE,
