@@ -7,6 +7,7 @@ against real Kafka 4.3.1 brokers."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -253,3 +254,14 @@ def test_downgrade_when_the_consumer_member_session_expires_and_not_under_upgrad
     joined = sim.answer(sim.join(2, V, ids[1], protocols=(("range", SUB),)))
     assert int(sim.answer(sim.sync(2, 5, int(joined.generation_id), ids[1])).error_code) == 0
     assert sum(len(p) for m in group.members.values() for p in m.assigned.values()) == 4
+
+
+def test_downgrade_refused_over_the_classic_group_max_size() -> None:
+    """validateOnlineDowngradeWithFencedMembers: more classic members than group.max.size keep
+    the consumer group (the member is just removed)."""
+    sim, ids, _, answer = _converted(MigrationPolicy.BIDIRECTIONAL)
+    consumer = sim.coordinator.consumer.coordinator
+    consumer.config = replace(consumer.config, classic_max_size=1)
+    assert int(_beat(sim, str(answer.member_id), -1).error_code) == 0
+    assert sim.coordinator.consumer.is_consumer_group("g") and "g" not in sim.coordinator.groups
+    assert set(consumer.groups["g"].members) == set(ids)

@@ -218,7 +218,8 @@ class ConsumerGroupEvent:
 
     ts_ms: int
     group_id: str
-    kind: str  # member_joined | member_left | member_fenced | member_expired | target_assigned
+    kind: str  # member_joined | member_left | member_fenced | member_expired | target_assigned |
+    # group_upgraded | group_downgraded (the online migration)
     member_id: str | None = None
     epoch: int = 0
     detail: str = ""
