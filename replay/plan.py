@@ -133,6 +133,41 @@ def build_plan(capture: Capture, session_id: str) -> ReplayPlan:
     )
 
 
+def recorded_member_ids(plan: ReplayPlan) -> dict[tuple[str, str | None], tuple[str, ...]]:
+    """The member ids the recorded broker issued, per (client id, group.instance.id), in the
+    order it issued them: each JoinGroup answer carrying an id the request did not (the
+    MEMBER_ID_REQUIRED answer of JoinGroup v4+, a v0-v3 or static member's first answer, a static
+    member's replacement id)."""
+    client_ids = {script.member_key: script.client_id for script in plan.scripts}
+    issued: dict[tuple[str, str | None], list[str]] = defaultdict(list)
+    seen: set[str] = set()
+    for ex in sorted(plan.recorded, key=lambda ex: ex.ts_ms):
+        if ex.api_key != JOIN or ex.response is None:
+            continue
+        given = str(ex.response.member_id or "")
+        if not given or given == str(ex.request.member_id or "") or given in seen:
+            continue
+        seen.add(given)
+        instance_id = getattr(ex.request, "group_instance_id", None)
+        issued[(client_ids.get(ex.member_key, ""), instance_id)].append(given)
+    return {key: tuple(ids) for key, ids in issued.items()}
+
+
+class RecordedMemberIds:
+    """A coordinator's `member_ids` (CoordinatorConfig) for an as-recorded replay: the ids the
+    recorded broker issued, handed out per (client id, group.instance.id) in the recorded order,
+    so that Kafka's members map iterates as it did there (the new leader when the leader leaves
+    is the first member in hash order: `replay.coordinator.hashorder`). None once a member asks
+    for more than were recorded (the coordinator then generates one)."""
+
+    def __init__(self, plan: ReplayPlan) -> None:
+        self._queues = {key: list(reversed(ids)) for key, ids in recorded_member_ids(plan).items()}
+
+    def __call__(self, client_id: str, group_instance_id: str | None) -> str | None:
+        queue = self._queues.get((client_id, group_instance_id))
+        return queue.pop() if queue else None
+
+
 def _identities(
     decoded: list[tuple[Any, Any, Any]],
 ) -> tuple[dict[int, tuple[str, str | None]], dict[int, tuple[Any, Any]]]:

@@ -15,6 +15,7 @@ generation and leader in every later request come from the responses this run go
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from replay.member import (
     from_values,
 )
 from replay.observe import Exchange, GroupObserver
-from replay.plan import MemberScript, ReplayPlan
+from replay.plan import MemberScript, RecordedMemberIds, ReplayPlan
 from replay.scenario import (
     AS_RECORDED,
     BounceOrder,
@@ -524,6 +525,9 @@ def replay_reference(
     broker's group settings (capture header; Kafka's defaults where unknown) unless `config`."""
     if config is None:
         config = group_settings(plan.group_settings).coordinator_config()
+    if config.member_ids is None and not (scenario.members or scenario.rolling or scenario.faults):
+        # the recorded membership: the members get the ids the recorded broker gave them
+        config = dataclasses.replace(config, member_ids=RecordedMemberIds(plan))
     runner = Runner(plan, scenario, "reference")
     end_ms = run_virtual(runner, CoordinatorTransport(runner, config), progress)
     return runner.result(end_ms)

@@ -1,9 +1,11 @@
 """Classic group and member state: GroupMetadata.scala / MemberMetadata.scala (and their Java
 twins ClassicGroup.java / ClassicGroupMember.java in the new coordinator).
 
-Kafka keeps members in a HashMap whose order depends on random member ids; here they keep
-insertion order so that runs are reproducible. Where Kafka picks "any" member (a new leader
-after the leader leaves, `members.keys.headOption`), this picks the oldest remaining member.
+Kafka keeps members in a HashMap whose order depends on the member ids; `members` here keeps
+insertion order, and where Kafka walks its map (a new leader after the leader leaves,
+`members.keys.headOption`; the first member awaiting join; the member list the leader gets) the
+group walks `ordered_member_ids()`: the order of the map of the coordinator it imitates
+(`replay.coordinator.hashorder`), insertion order when `member_map` is None.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 
 from proxy.wire.codec import CodecError
 from proxy.wire.consumer_protocol import decode_subscription_topics
+from replay.coordinator.hashorder import MemberMapKind, hash_order
 from replay.coordinator.types import (
     VALID_PREVIOUS_STATES,
     GroupState,
@@ -103,6 +106,10 @@ class ClassicGroup:
     # Kafka's initNextGeneration computes `subscribedTopics` (decoded here only when asked).
     generation_metadata: tuple[bytes, ...] | None = None
     _subscribed: tuple[tuple[bytes, ...], frozenset[str] | None] | None = None
+    # Which map Kafka keeps the members in (None: insertion order) and the most members it has
+    # held (its table never shrinks).
+    member_map: MemberMapKind | None = None
+    peak_members: int = 0
 
     # --- state -------------------------------------------------------------------------------
     def is_in(self, state: GroupState) -> bool:
@@ -132,6 +139,12 @@ class ClassicGroup:
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
 
+    def ordered_member_ids(self) -> list[str]:
+        """The member ids in the order Kafka's members map iterates them."""
+        if self.member_map is None:
+            return list(self.members)
+        return hash_order(self.member_map, self.members, self.peak_members)
+
     def is_pending_member(self, member_id: str) -> bool:
         return member_id in self.pending_members
 
@@ -150,6 +163,7 @@ class ClassicGroup:
         if self.leader_id is None:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
+        self.peak_members = max(self.peak_members, len(self.members))
         self._count_protocols(member.protocols, +1)
         member.awaiting_join = awaiting_join
         if awaiting_join is not None:
@@ -165,7 +179,7 @@ class ClassicGroup:
             if member.group_instance_id is not None:
                 self.static_members.pop(member.group_instance_id, None)
         if self.leader_id == member_id:
-            self.leader_id = next(iter(self.members), None)
+            self.leader_id = next(iter(self.ordered_member_ids()), None)
         self.pending_members.discard(member_id)
         self.pending_sync_members.discard(member_id)
         return member
@@ -229,8 +243,8 @@ class ClassicGroup:
         leader = self.members[self.leader_id]
         if leader.awaiting_join is not None:
             return True
-        for member_id, member in self.members.items():
-            if member.awaiting_join is not None:
+        for member_id in self.ordered_member_ids():
+            if self.members[member_id].awaiting_join is not None:
                 self.leader_id = member_id
                 return True
         return False
@@ -309,4 +323,5 @@ class ClassicGroup:
         if self.state in (GroupState.DEAD, GroupState.PREPARING_REBALANCE) or self.protocol_name is None:
             raise AssertionError(f"cannot list member metadata of group {self.group_id} in {self.state}")
         name = self.protocol_name
-        return [(m.member_id, m.group_instance_id, m.metadata(name)) for m in self.members.values()]
+        members = (self.members[member_id] for member_id in self.ordered_member_ids())
+        return [(m.member_id, m.group_instance_id, m.metadata(name)) for m in members]

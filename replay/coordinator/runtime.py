@@ -23,12 +23,14 @@ from replay.coordinator.codes import (
 )
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup, Member
+from replay.coordinator.hashorder import MemberMapKind
 from replay.coordinator.timers import KeyedTimers
 from replay.coordinator.types import (
     CoordinatorConfig,
     GroupEvent,
     GroupEventKind,
     GroupState,
+    KafkaBehaviour,
     Output,
     RequestContext,
     Respond,
@@ -65,6 +67,7 @@ class CoordinatorRuntime:
         self._out: list[Output] = []
         self._now_ms = 0
         self._member_seq = 0
+        self._issued_member_ids: set[str] = set()
         # Groups whose `join-` timer is an InitialDelayedJoin (it never completes early).
         self._initial_join_pending: set[str] = set()
         # The last faults (a handler or timer that raised): what `log` also reports.
@@ -163,7 +166,13 @@ class CoordinatorRuntime:
     # --- groups and members ------------------------------------------------------------------
     def _create_group(self, group_id: str) -> ClassicGroup:
         """GroupMetadataManager.getOrMaybeCreateClassicGroup: a new group is Empty."""
-        group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=self._now_ms)
+        member_map = (
+            MemberMapKind.JAVA_HASH_MAP
+            if self.config.kafka_behaviour is KafkaBehaviour.NEW_COORDINATOR
+            else MemberMapKind.SCALA_HASH_MAP
+        )
+        group = ClassicGroup(group_id, state_timestamp_ms=self._now_ms, member_map=member_map)
+        self.groups[group_id] = group
         self._schedule_cleanup()
         return group
 
@@ -193,7 +202,14 @@ class CoordinatorRuntime:
 
     def _generate_member_id(self, client_id: str, group_instance_id: str | None) -> str:
         """GroupMetadata.generateMemberId: `{instance id or client id}-{uuid}`; the uuid is a
-        counter here so that runs are reproducible."""
+        counter here so that runs are reproducible, or the one `config.member_ids` gives (a
+        replay reusing the ids the recorded broker issued, so that the members map iterates as
+        it did there) unless that one is already taken."""
+        if self.config.member_ids is not None:
+            given = self.config.member_ids(client_id, group_instance_id)
+            if given is not None and given not in self._issued_member_ids:
+                self._issued_member_ids.add(given)
+                return given
         self._member_seq += 1
         prefix = group_instance_id if group_instance_id is not None else client_id
         return f"{prefix}-{self._member_seq:08x}-0000-4000-8000-000000000000"

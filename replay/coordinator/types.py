@@ -7,6 +7,7 @@ The coordinator is a pure state machine: `GroupCoordinator.handle(now_ms, contex
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -46,6 +47,10 @@ class CoordinatorConfig:
     group_max_size: int = INT32_MAX
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
     kafka_behaviour: KafkaBehaviour = KafkaBehaviour.SCALA_3_9
+    # Where a new member id comes from: None generates them (GroupMetadata.generateMemberId);
+    # else called with (client id, group.instance.id) before generating, an id it returns is
+    # used (a replay reusing the ids the recorded broker issued). Pure and deterministic.
+    member_ids: Callable[[str, str | None], str | None] | None = None
     offsets_retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS
     offsets_retention_ms: int = OFFSETS_RETENTION_MS
     # What FindCoordinator answers (the coordinator itself; the server sets its listener).
