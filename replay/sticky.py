@@ -21,6 +21,7 @@ from typing import Final
 
 from proxy.wire.codec import CodecError
 from proxy.wire.consumer_protocol import Subscription, decode_subscription
+from replay.coordinator.hashorder import MemberMapKind, hash_order
 
 TopicPartition = tuple[str, int]
 DEFAULT_GENERATION: Final = -1
@@ -31,26 +32,11 @@ STICKY_GENERAL_CASE: Final = "round robin (AbstractStickyAssignor's general case
 # Java HashMap iteration order (String keys inserted one by one into `new HashMap<>()`)
 
 
-def _java_string_hash(value: str) -> int:
-    h = 0
-    for unit in struct.unpack(f">{len(value.encode('utf-16-be')) // 2}H", value.encode("utf-16-be")):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h
-
-
 def java_hash_order(keys: Iterable[str]) -> list[str]:
     """The order a java.util.HashMap iterates `keys` inserted in this order: by bucket
     (hash ^ hash >>> 16, masked by the table size; the table starts at 16 and doubles when more
-    than 3/4 full), then insertion order within a bucket."""
-    ordered = list(dict.fromkeys(keys))
-    capacity = 16
-    while len(ordered) > capacity * 3 // 4:
-        capacity *= 2
-    buckets: dict[str, int] = {}
-    for key in ordered:
-        h = _java_string_hash(key)
-        buckets[key] = (h ^ (h >> 16)) & (capacity - 1)
-    return sorted(ordered, key=lambda key: buckets[key])  # stable: insertion order within a bucket
+    than 3/4 full), then insertion order within a bucket (`replay.coordinator.hashorder`)."""
+    return hash_order(MemberMapKind.JAVA_HASH_MAP, dict.fromkeys(keys))
 
 
 # ---------------------------------------------------------------------------------------------

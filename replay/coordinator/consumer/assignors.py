@@ -29,6 +29,8 @@ from functools import lru_cache
 from typing import TypeVar
 from uuid import UUID
 
+from replay.coordinator.hashorder import java_string_hash
+
 K = TypeVar("K", str, UUID)
 
 # member id -> topic id -> partitions
@@ -57,16 +59,6 @@ class MemberSpec:
 def _int32(value: int) -> int:
     value &= 0xFFFFFFFF
     return value - (1 << 32) if value & 0x80000000 else value
-
-
-@lru_cache(maxsize=1 << 16)
-def java_string_hash(text: str) -> int:
-    """java.lang.String.hashCode over UTF-16 code units (cached: member ids come back every time)."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for index in range(0, len(data), 2):
-        h = (31 * h + ((data[index] << 8) | data[index + 1])) & 0xFFFFFFFF
-    return _int32(h)
 
 
 @lru_cache(maxsize=1 << 12)
