@@ -31,6 +31,9 @@ class Record(NamedTuple):
     group_id: str | None
     client_payload: bytes  # frame without its size prefix, as the client sent or received it
     upstream_payload: bytes  # as the broker received or sent it
+    # Header-only frames (record scope group): the payloads are the frame's fixed header fields
+    # and this many bytes of the frame after them are not recorded (0: the whole frame).
+    omitted_bytes: int = 0
 
     @property
     def rewritten(self) -> bool:
@@ -48,6 +51,7 @@ R_API_VERSION: Final = 4
 R_UPSTREAM_API_VERSION: Final = 5
 R_CLIENT_PAYLOAD: Final = 9
 R_UPSTREAM_PAYLOAD: Final = 10
+R_OMITTED_BYTES: Final = 11
 
 # Pending-request positions (proxy.wire.correlation.PendingRequest's fields, as plain tuples).
 P_API_KEY: Final = 0
@@ -79,6 +83,7 @@ __all__ = [
     "R_CLIENT_PAYLOAD",
     "R_CONN",
     "R_DIRECTION",
+    "R_OMITTED_BYTES",
     "R_UPSTREAM_API_VERSION",
     "R_UPSTREAM_PAYLOAD",
     "Record",

@@ -435,9 +435,12 @@ class ProxySession:
 
     `record`: emit a `Record` for the frames of the APIs in `record_api_keys` (None: every frame;
     `proxy.capture.header.RecordScope` names the sets). Frames of other APIs stay on the fast path
-    as if nothing were recorded; the session counts every byte each side sent (`client_bytes`,
-    `upstream_bytes`, in the capture's close comment). `addresses`: rewrite broker endpoints so
-    that clients come back through the proxy. `policy`: the rewrite hook.
+    and are recorded as their header only: a `Record` whose payloads are the frame's fixed header
+    fields (a request's api_key, api_version, correlation_id; a response's correlation_id) and
+    whose `omitted_bytes` is the rest of the frame's length; the session counts every byte each
+    side sent (`client_bytes`, `upstream_bytes`, in the capture's close comment). `addresses`:
+    rewrite broker endpoints so that clients come back through the proxy. `policy`: the rewrite
+    hook.
     """
 
     def __init__(
@@ -459,6 +462,7 @@ class ProxySession:
         self.record = record
         self._record_all = record and record_api_keys is None
         self._record_keys: frozenset[int] = (record_api_keys or frozenset()) if record else frozenset()
+        self._header_only = record and record_api_keys is not None  # the other frames' headers
         self.client_bytes = 0  # everything the client sent, recorded or not
         self.upstream_bytes = 0
         self.policy: RewritePolicy = policy if policy is not None else PassThrough()
@@ -583,6 +587,9 @@ class ProxySession:
         maximum = self._max_frame_bytes
         before = len(pending)
         counts = self.api_counts
+        header_only = self._header_only
+        emit = self._events.append
+        conn = self.conn
         while n - pos >= 12:
             size, api_key, api_version, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -592,6 +599,14 @@ class ProxySession:
             if counts is not None:
                 counts.requests[api_key] += 1
                 counts.request_bytes[api_key] += 4 + size
+            if header_only:
+                head = data[pos + 4 : pos + 12]
+                emit(
+                    new_record(
+                        (conn, "request", now_ns, api_key, api_version, api_version, correlation_id,
+                         client_id, None, head, head, size - 8)
+                    )
+                )  # fmt: skip
             pos = end
         self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
@@ -608,6 +623,8 @@ class ProxySession:
         maximum = self._max_frame_bytes
         before = len(pending)
         counts = self.api_counts
+        header_only = self._header_only
+        emit = self._events.append
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -621,6 +638,15 @@ class ProxySession:
                 counts.responses[head[P_API_KEY]] += 1
                 counts.response_bytes[head[P_API_KEY]] += 4 + size
                 counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
+            if header_only:
+                fixed = data[pos + 4 : pos + 8]
+                emit(
+                    new_record(
+                        (self.conn, "response", self._now_ns, head[P_API_KEY], head[P_API_VERSION],
+                         head[P_UPSTREAM_API_VERSION], correlation_id, head[P_CLIENT_ID], head[P_GROUP_ID],
+                         fixed, fixed, size - 4)
+                    )
+                )  # fmt: skip
             pos = end
         self.responses += before - len(pending)
         return pos
@@ -670,7 +696,7 @@ class ProxySession:
             emit(
                 new_record(
                     (conn, "request", now_ns, api_key, api_version, api_version, correlation_id,
-                     client_id, None, payload, payload)
+                     client_id, None, payload, payload, 0)
                 )
             )  # fmt: skip
             pos = end
@@ -711,7 +737,7 @@ class ProxySession:
                 new_record(
                     (conn, "response", now_ns, head[P_API_KEY], head[P_API_VERSION],
                      head[P_UPSTREAM_API_VERSION], correlation_id, head[P_CLIENT_ID], head[P_GROUP_ID],
-                     payload, payload)
+                     payload, payload, 0)
                 )
             )  # fmt: skip
             pos = end
@@ -742,6 +768,14 @@ class ProxySession:
             self._request_prefix = (api_key, api_version, correlation_id)
             return True, hold
         # Opaque: the prefix is all the proxy reads; the request is paired here and now.
+        if self._header_only:
+            prefix = bytes(source[offset : offset + REQUEST_PREFIX_BYTES])
+            self._events.append(
+                new_record(
+                    (self.conn, "request", self._now_ns, api_key, api_version, api_version, correlation_id,
+                     self.client_id, None, prefix, prefix, size - REQUEST_PREFIX_BYTES)
+                )
+            )  # fmt: skip
         self.requests += 1
         self.table.add(
             PendingRequest(
@@ -867,7 +901,17 @@ class ProxySession:
         hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)
         sasl_v0 = request.api_key == ApiKey.SASL_HANDSHAKE and request.api_version == 0
         recorded = self.record and (self._record_all or request.api_key in self._record_keys)
-        return recorded or hold or sasl_v0, hold
+        keep = recorded or hold or sasl_v0
+        if not keep and self._header_only:
+            fixed = bytes(source[offset : offset + 4])
+            self._events.append(
+                new_record(
+                    (self.conn, "response", self._now_ns, request.api_key, request.api_version,
+                     request.upstream_api_version, request.correlation_id, request.client_id,
+                     request.group_id, fixed, fixed, size - 4)
+                )
+            )  # fmt: skip
+        return keep, hold
 
     def _finish_response(self, payload: bytes) -> bytes | None:
         request = self._response_for

@@ -20,7 +20,9 @@ def test_show_and_export(
     assert main(["capture", "show", str(path)]) == 0
     table = capsys.readouterr().out
     assert "JoinGroup" in table and "inst-1" in table and "Heartbeat" in table
-    assert "Produce" not in table  # group APIs only unless --all
+    rows, _, per_api = table.partition("requests per API (client leg): ")
+    assert "Produce" not in rows  # group APIs only unless --all
+    assert "Produce 1" in per_api and "JoinGroup" in per_api  # every API is counted below it
     assert main(["capture", "export", str(path), "--format", "jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [row["api"] for row in rows] == ["JoinGroup", "Produce", "Heartbeat", "SaslAuthenticate"]

@@ -100,7 +100,9 @@ def test_packet_comment_encoders_and_decoder_agree() -> None:
         open_comment,
     )
 
-    whole = decode_packet_comment(frame_comment(3, "request", 11, 5, 7, '"c"', "null", 99, True, 12).decode())
+    whole = decode_packet_comment(
+        frame_comment(3, "request", 11, 5, 7, '"c"', "null", 99, True, 12, 30).decode()
+    )
     assert whole is not None and set(whole) == set(FRAME_COMMENT_FIELDS)
     assert (whole["client_id"], whole["group_id"], whole["rewritten"], whole["redacted_body_bytes"]) == (
         "c",

@@ -1,7 +1,9 @@
-"""`--record-scope group` in front of a real broker: Produce and Fetch relayed, not recorded.
+"""`--record-scope group` in front of a real broker: Produce and Fetch relayed, recorded as
+their headers only.
 
 A confluent-kafka producer and a consumer group move real data through the recording proxy; the
-capture must hold the group's frames and their lookups and no Produce or Fetch frame, its
+capture must hold the group's frames and their lookups whole and Produce and Fetch frames as
+header-only ones (counted by `capture show`, opened by tshark), its
 header must say so, its close comments must count every byte, and `replay` must still work.
 """
 
@@ -23,6 +25,7 @@ from proxy.capture.reader import read_capture
 from proxy.capture.writer import CaptureWriter
 from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
 from proxy.wire import ApiKey
+from tests.test_capture_tshark import TSHARK, tshark_fields
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -77,9 +80,13 @@ def test_group_scope_records_the_group_not_the_data(broker_factory, make_topic, 
     capture = read_capture(path)
     assert capture.damage is None
     assert capture.record_scope is RecordScope.GROUP and capture.header["record_scope"] == "group"
-    keys = {f.api_key for f in capture.frames}
+    keys = {f.api_key for f in capture.frames if not f.header_only}
     assert ApiKey.PRODUCE not in keys and ApiKey.FETCH not in keys
     assert keys <= GROUP_SCOPE_API_KEYS
+    header_only = [f for f in capture.frames if f.header_only]
+    assert {ApiKey.PRODUCE, ApiKey.FETCH} <= {f.api_key for f in header_only}
+    assert not {f.api_key for f in header_only} & GROUP_SCOPE_API_KEYS
+    assert all(len(f.payload) == (8 if f.direction == "request" else 4) for f in header_only)
     assert {ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.API_VERSIONS} <= keys
     # Every byte is still counted: the connections carried far more than the capture holds.
     counted = sum((c.client_bytes or 0) + (c.upstream_bytes or 0) for c in capture.connections.values())
@@ -95,6 +102,13 @@ def test_group_scope_records_the_group_not_the_data(broker_factory, make_topic, 
     )
     assert shown.returncode == 0 and "record scope group" in shown.stdout
     assert "closed connections carried" in shown.stdout
+    produce_requests = sum(
+        f.api_key == ApiKey.PRODUCE and f.direction == "request" and f.leg == "client" for f in header_only
+    )
+    assert f"Produce {produce_requests} (header only)" in shown.stdout, shown.stdout
+    if TSHARK is not None:  # Wireshark opens it: the header-only packets are snapped, not damage
+        rows = tshark_fields(path, "kafka.api_key == 11", "kafka.api_key")
+        assert rows, "tshark found no JoinGroup"
     out = tmp_path / "events"
     assert group_replay(["replay", str(path), "--out", str(out), "--progress", "off"]) == 0
     rows = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]

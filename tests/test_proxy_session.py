@@ -416,8 +416,9 @@ def test_hot_path_tuple_layouts_match_their_named_tuples() -> None:
 def test_group_scope_records_group_frames_and_their_lookups_only(
     frames: list[tuple[str, bytes]], cuts: list[int]
 ) -> None:
-    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact but never becomes a
-    Record; heartbeats and Metadata do (both paths alike), and every byte is counted."""
+    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact and becomes a
+    header-only Record; heartbeats and Metadata become whole ones (both paths alike), and every
+    byte is counted."""
     from proxy.capture.header import RecordScope
 
     def wire(i: int, kind: str, body: bytes) -> bytes:
@@ -443,10 +444,23 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
     assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
     records = [c for c in fast_out if isinstance(c, Record)]
     assert records == [c for c in slow_out if isinstance(c, Record)]
+    # Produce frames become header-only Records: the fixed header fields, the rest's length.
+    header_only = [r for r in records if r.api_key == 0]
+    records = [r for r in records if r.api_key != 0]
     expected = [(i, "request") for i, (kind, _) in enumerate(frames) if kind != "produce"]
     assert sorted((r.correlation_id, r.direction) for r in records if r.direction == "request") == expected
     assert sum(r.direction == "response" for r in records) == len(expected)
-    assert {r.api_key for r in records} <= {12, 3}
+    assert {r.api_key for r in records} <= {12, 3} and not any(r.omitted_bytes for r in records)
+    produced = [i for i, (kind, _) in enumerate(frames) if kind == "produce"]
+    assert sorted((r.correlation_id, r.direction) for r in header_only) == sorted(
+        [(i, "request") for i in produced] + [(i, "response") for i in produced]
+    )
+    for r in header_only:
+        body = frames[r.correlation_id][1]
+        fixed = 8 if r.direction == "request" else 4
+        assert len(r.client_payload) == fixed and r.client_payload is r.upstream_payload
+        whole = len(_opaque(r.correlation_id, body)) - 4 if r.direction == "request" else 4 + len(body)
+        assert fixed + r.omitted_bytes == whole
     # The metrics' per-API counters agree between the paths and with the input.
     assert fast.api_counts is not None and slow.api_counts is not None
     assert vars_of(fast.api_counts) == vars_of(slow.api_counts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from typing import Any
 
 from proxy.capture.reader import Capture, CaptureFormatError, Exchange, exchanges, read_capture
@@ -184,6 +185,7 @@ def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: An
     traffic = _traffic_line(capture)
     if traffic:
         console.print(traffic)
+    console.print(_frames_line(capture))
     if capture.damage:
         console.print(f"[yellow]capture damaged: {capture.damage}; shown up to the damage[/yellow]")
 
@@ -209,6 +211,26 @@ def _traffic_line(capture: Capture) -> str:
         f"record scope {capture.record_scope}: {len(carried)} closed connections carried "
         f"{sum(carried):,} bytes; {recorded:,} bytes of frames recorded (client leg)"
     )
+
+
+def _frames_line(capture: Capture, leg: str = "client") -> str:
+    """Requests per API on one leg, every recorded one: whole, or header only (record scope group,
+    format 4), so a group-scoped capture still says how much Produce/Fetch traffic there was."""
+    whole: Counter[int] = Counter()
+    header_only: Counter[int] = Counter()
+    for frame in capture.frames:
+        if frame.leg == leg and frame.direction == "request":
+            (header_only if frame.header_only else whole)[frame.api_key] += 1
+    parts = []
+    for api_key in sorted(whole.keys() | header_only.keys(), key=api_name):
+        count = whole[api_key] + header_only[api_key]
+        if header_only[api_key] == count:
+            parts.append(f"{api_name(api_key)} {count} (header only)")
+        elif header_only[api_key]:
+            parts.append(f"{api_name(api_key)} {count} ({header_only[api_key]} header only)")
+        else:
+            parts.append(f"{api_name(api_key)} {count}")
+    return f"requests per API ({leg} leg): " + (", ".join(parts) or "none")
 
 
 def _settings_line(capture: Capture) -> str:

@@ -5,7 +5,9 @@ The writer encodes it (`encode_section_header`) and the reader decodes it
 `format_version`, `tool_version`, `upstream` and `policy`; version 2 adds
 `upstream_group_config` (AGREED #2): the recorded broker's group settings, asked for when the
 recording started (`proxy.upstream.describe_upstream`); version 3 adds `record_scope` (issue 12):
-which frames the capture holds (`RecordScope`; a header without it recorded everything).
+which frames the capture holds (`RecordScope`; a header without it recorded everything); version
+4 adds header-only frames (a frame comment's `omitted_body_bytes`: the packet keeps the frame's
+original length, the pcapng block holds only the frame's size prefix and fixed header fields).
 Decoding validates every field it uses: a wrong type is reported in `SectionHeader.damage`,
 never raised.
 """
@@ -23,7 +25,8 @@ from kio.schema.index import api_key_map
 from proxy.wire import GROUP_API_KEYS, ApiKey
 
 CAPTURE_FORMAT: Final = "group-replay-capture"
-CAPTURE_FORMAT_VERSION: Final = 3  # 2: upstream_group_config; 3: record_scope
+# 2: upstream_group_config; 3: record_scope; 4: header-only frames (`omitted_body_bytes`)
+CAPTURE_FORMAT_VERSION: Final = 4
 GROUP_CONFIG_KEY: Final = "upstream_group_config"
 RECORD_SCOPE_KEY: Final = "record_scope"
 
@@ -34,10 +37,12 @@ class RecordScope(StrEnum):
     GROUP (the default): every group API (classic, KIP-848 and the share/streams group APIs),
     and the frames a reader needs around them: ApiVersions (the client's software), Metadata,
     FindCoordinator and DescribeCluster (where the coordinator is), SaslHandshake and
-    SaslAuthenticate (bodies redacted). Produce, Fetch and every other API are relayed but not
-    recorded: they are most of a cluster's bytes and nothing group-replay reads (issue 12: 703 MB
-    of capture for a few MB of group traffic). The close comment keeps each connection's byte
-    counts. ALL: every frame, as before.
+    SaslAuthenticate (bodies redacted). Produce, Fetch and every other API are recorded as their
+    header only: a request's size prefix, api_key, api_version and correlation_id (client_id in
+    the comment), a response's size prefix and correlation_id, in a packet that keeps the frame's
+    original length (a snapped pcapng block: Wireshark shows it truncated). They are most of a
+    cluster's bytes and nothing group-replay reads (issue 12: 703 MB of capture for a few MB of
+    group traffic). The close comment keeps each connection's byte counts. ALL: every frame.
     """
 
     GROUP = "group"
@@ -331,9 +336,14 @@ def frame_comment(
     ts_ns: int,
     rewritten: bool,
     redacted_body_bytes: int | None,
+    omitted_body_bytes: int | None = None,
 ) -> bytes:
-    """A whole frame comment (the general path: rewritten frames, SASL, big frames)."""
+    """A whole frame comment (the general path: rewritten frames, SASL, big frames, header-only
+    frames: `omitted_body_bytes` is how much of the frame after its recorded header the capture
+    leaves out; the packet keeps the frame's original length, the block holds only the header)."""
     extra = "" if redacted_body_bytes is None else f',"redacted_body_bytes":{redacted_body_bytes}'
+    if omitted_body_bytes is not None:
+        extra += f',"omitted_body_bytes":{omitted_body_bytes}'
     return (
         f'{{"conn":{conn},"dir":"{direction}","api_key":{api_key},"api_version":{api_version},'
         f'"correlation_id":{correlation_id},"client_id":{client_id_json},"group_id":{group_id_json},'
@@ -352,8 +362,11 @@ FRAME_COMMENT_FIELDS: Final[dict[str, tuple[type, ...]]] = {
     "ts_ns": (int,),
     "rewritten": (bool,),
     "redacted_body_bytes": (int, type(None)),
+    "omitted_body_bytes": (int, type(None)),
 }
-_OPTIONAL_FRAME_FIELDS: Final = frozenset({"client_id", "group_id", "rewritten", "redacted_body_bytes"})
+_OPTIONAL_FRAME_FIELDS: Final = frozenset(
+    {"client_id", "group_id", "rewritten", "redacted_body_bytes", "omitted_body_bytes"}
+)
 EVENT_COMMENT_FIELDS: Final[dict[str, tuple[type, ...]]] = {
     "conn": (int,),
     "event": (str,),

@@ -38,6 +38,7 @@ class Packet:
     ts_ns: int
     data: bytes
     comments: list[str] = field(default_factory=list)
+    original_length: int | None = None  # set when the block holds less than the packet had (snapped)
 
 
 @dataclass(slots=True)
@@ -142,7 +143,7 @@ def _block(
     elif block_type == EPB_TYPE:
         if total < 32:
             raise ValueError("packet block too short")
-        if_id, ts_high, ts_low, caplen, _orig = struct.unpack_from(endian + "IIIII", data, body)
+        if_id, ts_high, ts_low, caplen, orig = struct.unpack_from(endian + "IIIII", data, body)
         start = body + 20
         packet_end = start + caplen
         if packet_end > end or if_id >= len(section.interfaces):
@@ -155,11 +156,15 @@ def _block(
             for code, value in _options(data, (packet_end + 3) & ~3, end, endian)
             if code == OPT_COMMENT
         ]
-        packets.append(Packet(if_id, ts_ns, data[start:packet_end], comments))
+        packets.append(
+            Packet(if_id, ts_ns, data[start:packet_end], comments, orig if orig > caplen else None)
+        )
 
 
-def tcp_payload(packet: bytes) -> tuple[bytes, tuple[bytes, int, bytes, int]]:
-    """(payload, (src ip, src port, dst ip, dst port)) of an Ethernet/IPv4/TCP packet."""
+def tcp_payload(packet: bytes, snapped: bool = False) -> tuple[bytes, tuple[bytes, int, bytes, int]]:
+    """(payload, (src ip, src port, dst ip, dst port)) of an Ethernet/IPv4/TCP packet.
+    `snapped`: the block holds only the packet's start (captured < original length): the payload
+    is what was captured."""
     if len(packet) < 54 or packet[12:14] != b"\x08\x00":
         raise ValueError("not an Ethernet/IPv4 packet")
     ihl = (packet[14] & 0x0F) * 4
@@ -167,6 +172,8 @@ def tcp_payload(packet: bytes) -> tuple[bytes, tuple[bytes, int, bytes, int]]:
     total_length = struct.unpack_from(">H", packet, 16)[0]
     if packet[23] != 6:
         raise ValueError("not TCP")
+    if snapped:
+        total_length = min(total_length, len(packet) - 14)
     if ihl < 20 or ip_end + 20 > len(packet) or 14 + total_length > len(packet):
         raise ValueError(f"IPv4 header or total length past the packet ({len(packet)} bytes)")
     src, dst = packet[26:30], packet[30:34]

@@ -56,6 +56,13 @@ class CapturedFrame:
     rewritten: bool
     payload: bytes  # the frame without its size prefix (SASL: the header only)
     redacted_body_bytes: int | None = None  # set when a SASL body was left out
+    # Header-only frames (record scope group, format 4): `payload` is the fixed header fields and
+    # this many bytes of the frame are not in the capture.
+    omitted_body_bytes: int | None = None
+
+    @property
+    def header_only(self) -> bool:
+        return self.omitted_body_bytes is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +105,8 @@ class Exchange:
         """(request entity, response entity or None) through kio. Raises CodecError."""
         if self.request.redacted_body_bytes is not None:
             raise CodecError("SASL bodies are not recorded")
+        if self.request.header_only or (self.response is not None and self.response.header_only):
+            raise CodecError("recorded as its header only (record scope group)")
         _, request = decode_request(self.request.payload)
         response = None
         if self.response is not None:
@@ -146,6 +155,7 @@ def read_capture(path: str | Path) -> Capture:
                 rewritten=bool(meta.get("rewritten", False)),
                 payload=bytes(buffer[4:]),
                 redacted_body_bytes=meta.get("redacted_body_bytes"),
+                omitted_body_bytes=meta.get("omitted_body_bytes"),
             )
         )
 
@@ -156,7 +166,7 @@ def read_capture(path: str | Path) -> Capture:
                 meta = decode_packet_comment(comment)
                 if meta is not None:
                     metas.append(meta)
-            payload, _ = tcp_payload(packet.data)
+            payload, _ = tcp_payload(packet.data, packet.original_length is not None)
         except (CommentError, ValueError) as exc:
             damage = damage or f"packet {index}: {exc}"
             current = None
@@ -199,6 +209,8 @@ def read_capture(path: str | Path) -> Capture:
                 damage = damage or f"packet {index}: frame without its size prefix"
                 break
             expected = 4 + int.from_bytes(payload[offset : offset + 4], "big", signed=True)
+            if meta.get("omitted_body_bytes") is not None:  # header only: what its packet holds
+                expected = min(expected, len(payload) - offset)
             take = min(expected, len(payload) - offset)
             current = (meta, leg, bytearray(payload[offset : offset + take]), expected)
             offset += take
@@ -223,7 +235,7 @@ def read_capture(path: str | Path) -> Capture:
 def _frame_problem(meta: dict[str, Any], buffer: bytearray) -> str | None:
     """Why a reassembled frame cannot be used (its header is not there), or None."""
     if meta["dir"] == "request":
-        if meta.get("redacted_body_bytes") is None:
+        if meta.get("redacted_body_bytes") is None and meta.get("omitted_body_bytes") is None:
             try:
                 header = peek_request_header(bytes(buffer[4:]))
             except FrameError as exc:

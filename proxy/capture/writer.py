@@ -10,6 +10,12 @@ A SYN/SYN-ACK/ACK opens each stream (its comment: `{"conn", "event": "open", "cl
 "upstream"}`) and FIN/ACK closes it (`{"conn", "event": "close", "reason"}`), so Wireshark follows
 and reassembles the streams and its Kafka dissector decodes them (the server side uses port 9092).
 SASL frames keep their header; the body is left out and its length is in `redacted_body_bytes`.
+Header-only frames (record scope group: every frame outside the scope) get packets of their own
+whose TCP/IP headers carry the frame's original length while the pcapng block holds only the
+frame's size prefix and fixed header fields (captured length < original length, as a capture
+with a snap length has it; Wireshark shows the frame truncated); the comment's
+`omitted_body_bytes` says how much is left out. A header-only frame larger than a packet spans
+several packets of which only the first holds any of its bytes.
 
 scapy 2.8's `RawPcapNgWriter` names interfaces and writes per-packet comments, but writes no
 section-header options, only microsecond float timestamps, and always an unnamed interface 0.
@@ -71,6 +77,7 @@ from proxy.layouts import (
     R_CLIENT_PAYLOAD,
     R_CONN,
     R_DIRECTION,
+    R_OMITTED_BYTES,
     R_UPSTREAM_API_VERSION,
     R_UPSTREAM_PAYLOAD,
     Record,
@@ -128,11 +135,13 @@ class _PcapNgBlocks(RawPcapNgWriter):
         ts_ns: int,
         comments: bytes | list[bytes] | None,
         payload_bytes: int = 0,
+        original_length: int | None = None,
     ) -> bytes:
         """An Enhanced Packet Block (built in one pass: this runs for every synthesized packet).
 
         With `payload_bytes`, `packet` is only the packet's headers: the block is sized for that
         many more bytes, which the caller writes right after the headers (at `_EPB_PACKET_AT`).
+        `original_length`: the packet's length on the wire when the block holds only its start.
         """
         caplen = len(packet) + payload_bytes
         pad = b"\x00" * (-caplen % 4)
@@ -145,7 +154,9 @@ class _PcapNgBlocks(RawPcapNgWriter):
             parts.append(_OPT_END)
             options = b"".join(parts)
         total = 32 + caplen + len(pad) + len(options)
-        head = _EPB_HEAD.pack(6, total, interface, ts_ns >> 32, ts_ns & 0xFFFFFFFF, caplen, caplen)
+        head = _EPB_HEAD.pack(
+            6, total, interface, ts_ns >> 32, ts_ns & 0xFFFFFFFF, caplen, original_length or caplen
+        )
         return b"".join((head, packet, pad, options, struct.pack("<I", total)))
 
     def packet_block_with_options(self, packet: bytes, interface: int, ts_ns: int, options: bytes) -> bytes:
@@ -316,8 +327,23 @@ class _Synthesizer:
 
     def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
         """The common run (nothing rewritten, no SASL, every frame fits a packet) takes
-        `_write_plain_run`; anything else the general `_write_run`."""
+        `_write_plain_run`; header-only frames `_write_header_only`; anything else the general
+        `_write_run`."""
         if not run:
+            return
+        if any(entry[R_OMITTED_BYTES] for entry in run):
+            whole: list[tuple[Any, ...]] = []
+            for entry in run:
+                if not entry[R_OMITTED_BYTES]:
+                    whole.append(entry)
+                    continue
+                self._flush_tuples(whole, out)
+                try:
+                    self._write_header_only(entry, out)
+                except Exception as exc:  # keep recording the rest; remember the first failure
+                    self.error = self.error or exc
+            self._flush_tuples(whole, out)
+            run.clear()
             return
         plain = True
         for entry in run:
@@ -358,7 +384,7 @@ class _Synthesizer:
         pack_size = _SIZE_PREFIX.pack
         pack_option = _OPTION_HEAD.pack
         tail = frame_comment_tail
-        for _, _, ts_ns, api_key, api_version, _, correlation_id, client_id, group_id, payload, _ in run:
+        for _, _, ts_ns, api_key, api_version, _, correlation_id, client_id, group_id, payload, _, _ in run:
             key = (conn, direction, api_key, api_version, client_id, group_id)
             head = heads.get(key)
             if head is None:
@@ -398,6 +424,34 @@ class _Synthesizer:
                     )
                 )
         self.written_bytes += total
+
+    def _write_header_only(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
+        """A frame recorded as its header: packets that keep its original length on both legs,
+        the first holding the size prefix and the fixed header fields, any others nothing."""
+        (conn, direction, ts_ns, api_key, api_version, upstream_version, correlation_id, client_id,
+         group_id, fixed, _, omitted) = entry  # fmt: skip
+        data = _SIZE_PREFIX.pack(len(fixed) + omitted) + fixed
+        body = payload_sum(data)
+        total = len(data) + omitted
+        to_server = direction == "request"
+        block = self._blocks.packet_block
+        client_id_json, group_id_json = self._json(client_id), self._json(group_id)
+        for leg in (0, 1):
+            stream = self._stream(conn, leg)
+            comment = frame_comment(
+                conn, direction, api_key, api_version if leg == 0 else upstream_version, correlation_id,
+                client_id_json, group_id_json, ts_ns, False, None, omitted,
+            )  # fmt: skip
+            first = min(total, MAX_SEGMENT)
+            header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, first, body)
+            out.append(block(header + data, leg, ts_ns, comment, original_length=len(header) + first))
+            remaining = total - first
+            while remaining > 0:
+                piece = min(remaining, MAX_SEGMENT)
+                header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, piece, 0)
+                out.append(block(header, leg, ts_ns, None, original_length=len(header) + piece))
+                remaining -= piece
+        self.written_bytes += len(fixed)
 
     def _stream(self, conn: int, leg: int, upstream: str | None = None) -> _Stream:
         key = (conn, leg)
