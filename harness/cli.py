@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -146,6 +147,14 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument(
         "--version", dest="kafka_version", default=None, help="only brokers of this Kafka version"
     )
+    stop.add_argument(
+        "--node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="kill only node N of the cluster (SIGKILL: a crash, no controlled shutdown; the other "
+        "nodes keep running and `stop ID` later stops them)",
+    )
     _add_state_dir(stop)
     status = sub.add_parser("status", help="list running brokers")
     status.add_argument(
@@ -251,6 +260,8 @@ def _stop(args: argparse.Namespace) -> int:
             return 2
         states = [known[i] for i in args.ids if i in known]
         clusters = [known_clusters[i] for i in args.ids if i in known_clusters]
+    if args.node is not None:
+        return _kill_node(clusters, args.node)
     if not states and not clusters:
         which = f"Kafka {args.kafka_version}" if args.kafka_version else "broker"
         print(f"no running {which} started from {paths.run_dir()}", file=sys.stderr)
@@ -264,6 +275,27 @@ def _stop(args: argparse.Namespace) -> int:
             f"stopped Kafka {cluster.kafka_version} cluster of {len(cluster.nodes)} nodes "
             f"(id {cluster.id}, {cluster.bootstrap})"
         )
+    return 0
+
+
+def _kill_node(clusters: list[ClusterState], node_id: int) -> int:
+    if len(clusters) != 1:
+        print(
+            f"group-replay broker: --node needs one cluster (name its id); {len(clusters)} running",
+            file=sys.stderr,
+        )
+        return 2
+    [cluster] = clusters
+    if not 1 <= node_id <= len(cluster.nodes):
+        nodes = len(cluster.nodes)
+        print(f"group-replay broker: the cluster has nodes 1-{nodes}, not {node_id}", file=sys.stderr)
+        return 2
+    pid = cluster.nodes[node_id - 1].pid
+    if not pid_alive(pid):
+        print(f"node {node_id} of cluster {cluster.id} is not running")
+        return 0
+    os.kill(pid, signal.SIGKILL)
+    print(f"killed node {node_id} (pid {pid}) of cluster {cluster.id}")
     return 0
 
 

@@ -11,6 +11,7 @@ them against the NamedTuples' own field order.
 from __future__ import annotations
 
 import functools
+import struct
 from typing import Final, NamedTuple
 
 
@@ -31,9 +32,6 @@ class Record(NamedTuple):
     group_id: str | None
     client_payload: bytes  # frame without its size prefix, as the client sent or received it
     upstream_payload: bytes  # as the broker received or sent it
-    # Header-only frames (record scope group): the payloads are the frame's fixed header fields
-    # and this many bytes of the frame after them are not recorded (0: the whole frame).
-    omitted_bytes: int = 0
 
     @property
     def rewritten(self) -> bool:
@@ -51,7 +49,6 @@ R_API_VERSION: Final = 4
 R_UPSTREAM_API_VERSION: Final = 5
 R_CLIENT_PAYLOAD: Final = 9
 R_UPSTREAM_PAYLOAD: Final = 10
-R_OMITTED_BYTES: Final = 11
 
 # Pending-request positions (proxy.wire.correlation.PendingRequest's fields, as plain tuples).
 P_API_KEY: Final = 0
@@ -67,9 +64,18 @@ P_SENT_NS: Final = 6
 # upstream) and (CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes).
 OPEN: Final = "open"
 CLOSE: Final = "close"
+# Header-only frames (record scope group), one event per run of them on one connection and
+# direction: (HEADERS, conn, ts_ns, direction, client_id, heads). `heads` packs each frame's fixed
+# fields back to back: a request's `REQUEST_HEADS` (size, api_key, api_version, correlation_id:
+# its first 12 bytes on the wire), a response's `RESPONSE_HEADS` (size, correlation_id, and the
+# api_key, client and upstream api_version of the request it answers).
+HEADERS: Final = "headers"
+REQUEST_HEADS: Final = struct.Struct(">ihhi")
+RESPONSE_HEADS: Final = struct.Struct(">iihhh")
 
 __all__ = [
     "CLOSE",
+    "HEADERS",
     "OPEN",
     "P_API_KEY",
     "P_API_VERSION",
@@ -78,12 +84,13 @@ __all__ = [
     "P_GROUP_ID",
     "P_SENT_NS",
     "P_UPSTREAM_API_VERSION",
+    "REQUEST_HEADS",
+    "RESPONSE_HEADS",
     "R_API_KEY",
     "R_API_VERSION",
     "R_CLIENT_PAYLOAD",
     "R_CONN",
     "R_DIRECTION",
-    "R_OMITTED_BYTES",
     "R_UPSTREAM_API_VERSION",
     "R_UPSTREAM_PAYLOAD",
     "Record",

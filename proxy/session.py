@@ -29,6 +29,7 @@ from typing import Protocol
 
 from proxy.addressing import ADDRESS_API_KEYS, AddressRewriter
 from proxy.layouts import (
+    HEADERS,
     P_API_KEY,
     P_API_VERSION,
     P_CLIENT_ID,
@@ -36,6 +37,8 @@ from proxy.layouts import (
     P_GROUP_ID,
     P_SENT_NS,
     P_UPSTREAM_API_VERSION,
+    REQUEST_HEADS,
+    RESPONSE_HEADS,
     Record,
     new_record,
 )
@@ -144,7 +147,9 @@ class Closed:
     upstream_bytes: int = 0
 
 
-Command = SendUpstream | SendClient | Record | Close | Opened | Closed
+# (HEADERS, conn, ts_ns, direction, client_id, heads): header-only frames (proxy.layouts.HEADERS)
+HeaderRun = tuple[str, int, int, str, str | None, bytes]
+Command = SendUpstream | SendClient | Record | Close | Opened | Closed | HeaderRun
 
 
 class ProtocolViolation(Exception):
@@ -435,9 +440,9 @@ class ProxySession:
 
     `record`: emit a `Record` for the frames of the APIs in `record_api_keys` (None: every frame;
     `proxy.capture.header.RecordScope` names the sets). Frames of other APIs stay on the fast path
-    and are recorded as their header only: a `Record` whose payloads are the frame's fixed header
-    fields (a request's api_key, api_version, correlation_id; a response's correlation_id) and
-    whose `omitted_bytes` is the rest of the frame's length; the session counts every byte each
+    and are recorded as their header only: one `HeaderRun` per run of them (`proxy.layouts.HEADERS`:
+    each frame's size and fixed header fields packed back to back, a few bytes a frame instead of
+    a Record); the session counts every byte each
     side sent (`client_bytes`, `upstream_bytes`, in the capture's close comment). `addresses`:
     rewrite broker endpoints so that clients come back through the proxy. `policy`: the rewrite
     hook.
@@ -590,6 +595,7 @@ class ProxySession:
         header_only = self._header_only
         emit = self._events.append
         conn = self.conn
+        heads: list[bytes] = []
         while n - pos >= 12:
             size, api_key, api_version, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -600,14 +606,10 @@ class ProxySession:
                 counts.requests[api_key] += 1
                 counts.request_bytes[api_key] += 4 + size
             if header_only:
-                head = data[pos + 4 : pos + 12]
-                emit(
-                    new_record(
-                        (conn, "request", now_ns, api_key, api_version, api_version, correlation_id,
-                         client_id, None, head, head, size - 8)
-                    )
-                )  # fmt: skip
+                heads.append(data[pos : pos + 12])  # REQUEST_HEADS: size, api_key, version, correlation
             pos = end
+        if heads:
+            emit((HEADERS, conn, now_ns, "request", client_id, b"".join(heads)))
         self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
             self.table.trim()  # amortized: a pass only when the table has grown enough
@@ -625,6 +627,8 @@ class ProxySession:
         counts = self.api_counts
         header_only = self._header_only
         emit = self._events.append
+        heads: list[bytes] = []
+        pack_response_head = RESPONSE_HEADS.pack
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -639,15 +643,18 @@ class ProxySession:
                 counts.response_bytes[head[P_API_KEY]] += 4 + size
                 counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
             if header_only:
-                fixed = data[pos + 4 : pos + 8]
-                emit(
-                    new_record(
-                        (self.conn, "response", self._now_ns, head[P_API_KEY], head[P_API_VERSION],
-                         head[P_UPSTREAM_API_VERSION], correlation_id, head[P_CLIENT_ID], head[P_GROUP_ID],
-                         fixed, fixed, size - 4)
+                heads.append(
+                    pack_response_head(
+                        size,
+                        correlation_id,
+                        head[P_API_KEY],
+                        head[P_API_VERSION],
+                        head[P_UPSTREAM_API_VERSION],
                     )
-                )  # fmt: skip
+                )
             pos = end
+        if heads:
+            emit((HEADERS, self.conn, self._now_ns, "response", self.client_id, b"".join(heads)))
         self.responses += before - len(pending)
         return pos
 
@@ -696,7 +703,7 @@ class ProxySession:
             emit(
                 new_record(
                     (conn, "request", now_ns, api_key, api_version, api_version, correlation_id,
-                     client_id, None, payload, payload, 0)
+                     client_id, None, payload, payload)
                 )
             )  # fmt: skip
             pos = end
@@ -737,7 +744,7 @@ class ProxySession:
                 new_record(
                     (conn, "response", now_ns, head[P_API_KEY], head[P_API_VERSION],
                      head[P_UPSTREAM_API_VERSION], correlation_id, head[P_CLIENT_ID], head[P_GROUP_ID],
-                     payload, payload, 0)
+                     payload, payload)
                 )
             )  # fmt: skip
             pos = end
@@ -769,13 +776,8 @@ class ProxySession:
             return True, hold
         # Opaque: the prefix is all the proxy reads; the request is paired here and now.
         if self._header_only:
-            prefix = bytes(source[offset : offset + REQUEST_PREFIX_BYTES])
-            self._events.append(
-                new_record(
-                    (self.conn, "request", self._now_ns, api_key, api_version, api_version, correlation_id,
-                     self.client_id, None, prefix, prefix, size - REQUEST_PREFIX_BYTES)
-                )
-            )  # fmt: skip
+            head = REQUEST_HEADS.pack(size, api_key, api_version, correlation_id)
+            self._events.append((HEADERS, self.conn, self._now_ns, "request", self.client_id, head))
         self.requests += 1
         self.table.add(
             PendingRequest(
@@ -903,14 +905,14 @@ class ProxySession:
         recorded = self.record and (self._record_all or request.api_key in self._record_keys)
         keep = recorded or hold or sasl_v0
         if not keep and self._header_only:
-            fixed = bytes(source[offset : offset + 4])
-            self._events.append(
-                new_record(
-                    (self.conn, "response", self._now_ns, request.api_key, request.api_version,
-                     request.upstream_api_version, request.correlation_id, request.client_id,
-                     request.group_id, fixed, fixed, size - 4)
-                )
-            )  # fmt: skip
+            head = RESPONSE_HEADS.pack(
+                size,
+                request.correlation_id,
+                request.api_key,
+                request.api_version,
+                request.upstream_api_version,
+            )
+            self._events.append((HEADERS, self.conn, self._now_ns, "response", self.client_id, head))
         return keep, hold
 
     def _finish_response(self, payload: bytes) -> bytes | None:

@@ -45,6 +45,21 @@ def _opaque(cid: int, body: bytes) -> bytes:
     return frame(prefix + body)
 
 
+def _header_only(commands: list[object]) -> list[tuple[str, int, int, int]]:
+    """(direction, correlation_id, api_key, size) of every header-only frame in `commands`."""
+    from proxy.layouts import HEADERS, REQUEST_HEADS, RESPONSE_HEADS
+
+    out = []
+    for command in commands:
+        if type(command) is tuple and command[0] == HEADERS:
+            _, _, _, direction, _, heads = command
+            if direction == "request":
+                out += [(direction, c, k, s) for s, k, _, c in REQUEST_HEADS.iter_unpack(heads)]
+            else:
+                out += [(direction, c, k, s) for s, c, k, _, _ in RESPONSE_HEADS.iter_unpack(heads)]
+    return out
+
+
 def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
     return [data[a:b] for a, b in itertools.pairwise(points)]
@@ -416,8 +431,8 @@ def test_hot_path_tuple_layouts_match_their_named_tuples() -> None:
 def test_group_scope_records_group_frames_and_their_lookups_only(
     frames: list[tuple[str, bytes]], cuts: list[int]
 ) -> None:
-    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact and becomes a
-    header-only Record; heartbeats and Metadata become whole ones (both paths alike), and every
+    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact and recorded as its
+    header only (a HEADERS run); heartbeats and Metadata become whole Records (both paths alike), and every
     byte is counted."""
     from proxy.capture.header import RecordScope
 
@@ -444,23 +459,21 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
     assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
     records = [c for c in fast_out if isinstance(c, Record)]
     assert records == [c for c in slow_out if isinstance(c, Record)]
-    # Produce frames become header-only Records: the fixed header fields, the rest's length.
-    header_only = [r for r in records if r.api_key == 0]
-    records = [r for r in records if r.api_key != 0]
     expected = [(i, "request") for i, (kind, _) in enumerate(frames) if kind != "produce"]
     assert sorted((r.correlation_id, r.direction) for r in records if r.direction == "request") == expected
     assert sum(r.direction == "response" for r in records) == len(expected)
-    assert {r.api_key for r in records} <= {12, 3} and not any(r.omitted_bytes for r in records)
+    assert {r.api_key for r in records} <= {12, 3}
+    # Produce frames are recorded as their headers (layouts.HEADERS runs): size and fixed fields.
+    heads = _header_only(fast_out)
+    assert heads == _header_only(slow_out)
     produced = [i for i, (kind, _) in enumerate(frames) if kind == "produce"]
-    assert sorted((r.correlation_id, r.direction) for r in header_only) == sorted(
+    assert sorted((cid, direction) for direction, cid, _, _ in heads) == sorted(
         [(i, "request") for i in produced] + [(i, "response") for i in produced]
     )
-    for r in header_only:
-        body = frames[r.correlation_id][1]
-        fixed = 8 if r.direction == "request" else 4
-        assert len(r.client_payload) == fixed and r.client_payload is r.upstream_payload
-        whole = len(_opaque(r.correlation_id, body)) - 4 if r.direction == "request" else 4 + len(body)
-        assert fixed + r.omitted_bytes == whole
+    for direction, cid, api_key, size in heads:
+        body = frames[cid][1]
+        assert api_key == 0
+        assert size == (len(_opaque(cid, body)) - 4 if direction == "request" else 4 + len(body))
     # The metrics' per-API counters agree between the paths and with the input.
     assert fast.api_counts is not None and slow.api_counts is not None
     assert vars_of(fast.api_counts) == vars_of(slow.api_counts)

@@ -77,9 +77,10 @@ from proxy.layouts import (
     R_CLIENT_PAYLOAD,
     R_CONN,
     R_DIRECTION,
-    R_OMITTED_BYTES,
     R_UPSTREAM_API_VERSION,
     R_UPSTREAM_PAYLOAD,
+    REQUEST_HEADS,
+    RESPONSE_HEADS,
     Record,
 )
 from proxy.session import Closed, Opened
@@ -327,23 +328,8 @@ class _Synthesizer:
 
     def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
         """The common run (nothing rewritten, no SASL, every frame fits a packet) takes
-        `_write_plain_run`; header-only frames `_write_header_only`; anything else the general
-        `_write_run`."""
+        `_write_plain_run`; anything else the general `_write_run`."""
         if not run:
-            return
-        if any(entry[R_OMITTED_BYTES] for entry in run):
-            whole: list[tuple[Any, ...]] = []
-            for entry in run:
-                if not entry[R_OMITTED_BYTES]:
-                    whole.append(entry)
-                    continue
-                self._flush_tuples(whole, out)
-                try:
-                    self._write_header_only(entry, out)
-                except Exception as exc:  # keep recording the rest; remember the first failure
-                    self.error = self.error or exc
-            self._flush_tuples(whole, out)
-            run.clear()
             return
         plain = True
         for entry in run:
@@ -384,7 +370,7 @@ class _Synthesizer:
         pack_size = _SIZE_PREFIX.pack
         pack_option = _OPTION_HEAD.pack
         tail = frame_comment_tail
-        for _, _, ts_ns, api_key, api_version, _, correlation_id, client_id, group_id, payload, _, _ in run:
+        for _, _, ts_ns, api_key, api_version, _, correlation_id, client_id, group_id, payload, _ in run:
             key = (conn, direction, api_key, api_version, client_id, group_id)
             head = heads.get(key)
             if head is None:
@@ -425,17 +411,50 @@ class _Synthesizer:
                 )
         self.written_bytes += total
 
-    def _write_header_only(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
+    def _write_headers(
+        self, conn: int, ts_ns: int, direction: str, client_id: str | None, heads: bytes, out: list[Buffer]
+    ) -> None:
+        """A run of header-only frames (`layouts.HEADERS`), each in packets of its own."""
+        client_id_json = self._json(client_id)
+        if direction == "request":
+            for size, api_key, api_version, correlation_id in REQUEST_HEADS.iter_unpack(heads):
+                fixed = REQUEST_HEADS.pack(size, api_key, api_version, correlation_id)[4:]
+                self._write_header_only(
+                    conn, direction, ts_ns, api_key, api_version, api_version, correlation_id,
+                    client_id_json, fixed, size, out,
+                )  # fmt: skip
+        else:
+            for size, correlation_id, api_key, api_version, upstream_version in RESPONSE_HEADS.iter_unpack(
+                heads
+            ):
+                self._write_header_only(
+                    conn, direction, ts_ns, api_key, api_version, upstream_version, correlation_id,
+                    client_id_json, correlation_id.to_bytes(4, "big", signed=True), size, out,
+                )  # fmt: skip
+
+    def _write_header_only(
+        self,
+        conn: int,
+        direction: str,
+        ts_ns: int,
+        api_key: int,
+        api_version: int,
+        upstream_version: int,
+        correlation_id: int,
+        client_id_json: str,
+        fixed: bytes,
+        size: int,
+        out: list[Buffer],
+    ) -> None:
         """A frame recorded as its header: packets that keep its original length on both legs,
         the first holding the size prefix and the fixed header fields, any others nothing."""
-        (conn, direction, ts_ns, api_key, api_version, upstream_version, correlation_id, client_id,
-         group_id, fixed, _, omitted) = entry  # fmt: skip
-        data = _SIZE_PREFIX.pack(len(fixed) + omitted) + fixed
+        omitted = max(0, size - len(fixed))
+        data = _SIZE_PREFIX.pack(size) + fixed[:size]
         body = payload_sum(data)
-        total = len(data) + omitted
+        total = 4 + size
         to_server = direction == "request"
         block = self._blocks.packet_block
-        client_id_json, group_id_json = self._json(client_id), self._json(group_id)
+        group_id_json = "null"
         for leg in (0, 1):
             stream = self._stream(conn, leg)
             comment = frame_comment(
@@ -451,7 +470,7 @@ class _Synthesizer:
                 header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, piece, 0)
                 out.append(block(header, leg, ts_ns, None, original_length=len(header) + piece))
                 remaining -= piece
-        self.written_bytes += len(fixed)
+        self.written_bytes += len(data) - 4
 
     def _stream(self, conn: int, leg: int, upstream: str | None = None) -> _Stream:
         key = (conn, leg)
@@ -484,6 +503,8 @@ class _Synthesizer:
                     out.append(blocks.packet_block(syn, leg, ts_ns, comment))
                     out.append(blocks.packet_block(synack, leg, ts_ns, None))
                     out.append(blocks.packet_block(ack, leg, ts_ns, None))
+            case (layouts.HEADERS, conn, ts_ns, direction, client_id, heads):
+                self._write_headers(conn, ts_ns, direction, client_id, heads, out)
             case (layouts.CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes):
                 comment = close_comment(conn, reason, client_bytes, upstream_bytes)
                 for leg in (0, 1):
@@ -683,9 +704,13 @@ class CaptureWriter:
     ) -> None:
         self._queue.put((CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes))
 
-    def record_event(self, command: Opened | Closed) -> None:
-        """A session's Opened or Closed command (the capture is the stream of session commands)."""
+    def record_event(self, command: Opened | Closed | tuple[Any, ...]) -> None:
+        """A session's Opened, Closed or header-only run (`layouts.HEADERS`) command (the capture
+        is the stream of session commands)."""
         match command:
+            case (layouts.HEADERS, _, _, _, _, heads):
+                self.queued_bytes += len(heads) // 3  # about what the writer reports written
+                self._queue.put(command)
             case Opened(conn=conn, ts_ns=ts_ns, client=client, upstream=upstream):
                 self.open_connection(conn, ts_ns, client, upstream)
             case Closed(conn=conn, ts_ns=ts_ns, reason=reason):
