@@ -351,6 +351,17 @@ def frame_comment(
     ).encode()
 
 
+def header_only_comment(
+    conn: int, direction: str, api_key: int, api_version: int, correlation_id: int, ts_ns: int, omitted: int
+) -> bytes:
+    """The comment of a header-only frame: only what its header and pairing say (no client_id,
+    group_id or rewritten: one is written per Produce/Fetch frame and leg, so it stays short)."""
+    return (
+        f'{{"conn":{conn},"dir":"{direction}","api_key":{api_key},"api_version":{api_version},'
+        f'"correlation_id":{correlation_id},"ts_ns":{ts_ns},"omitted_body_bytes":{omitted}}}'
+    ).encode()
+
+
 FRAME_COMMENT_FIELDS: Final[dict[str, tuple[type, ...]]] = {
     "conn": (int,),
     "dir": (str,),

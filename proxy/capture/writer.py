@@ -67,6 +67,7 @@ from proxy.capture.header import (
     frame_comment,
     frame_comment_head,
     frame_comment_tail,
+    header_only_comment,
     open_comment,
 )
 from proxy.layouts import (
@@ -415,13 +416,13 @@ class _Synthesizer:
         self, conn: int, ts_ns: int, direction: str, client_id: str | None, heads: bytes, out: list[Buffer]
     ) -> None:
         """A run of header-only frames (`layouts.HEADERS`), each in packets of its own."""
-        client_id_json = self._json(client_id)
+        del client_id  # header-only comments leave it out (header_only_comment)
         if direction == "request":
             for size, api_key, api_version, correlation_id in REQUEST_HEADS.iter_unpack(heads):
                 fixed = REQUEST_HEADS.pack(size, api_key, api_version, correlation_id)[4:]
                 self._write_header_only(
                     conn, direction, ts_ns, api_key, api_version, api_version, correlation_id,
-                    client_id_json, fixed, size, out,
+                    fixed, size, out,
                 )  # fmt: skip
         else:
             for size, correlation_id, api_key, api_version, upstream_version in RESPONSE_HEADS.iter_unpack(
@@ -429,7 +430,7 @@ class _Synthesizer:
             ):
                 self._write_header_only(
                     conn, direction, ts_ns, api_key, api_version, upstream_version, correlation_id,
-                    client_id_json, correlation_id.to_bytes(4, "big", signed=True), size, out,
+                    correlation_id.to_bytes(4, "big", signed=True), size, out,
                 )  # fmt: skip
 
     def _write_header_only(
@@ -441,7 +442,6 @@ class _Synthesizer:
         api_version: int,
         upstream_version: int,
         correlation_id: int,
-        client_id_json: str,
         fixed: bytes,
         size: int,
         out: list[Buffer],
@@ -454,13 +454,13 @@ class _Synthesizer:
         total = 4 + size
         to_server = direction == "request"
         block = self._blocks.packet_block
-        group_id_json = "null"
+        comment = header_only_comment(conn, direction, api_key, api_version, correlation_id, ts_ns, omitted)
         for leg in (0, 1):
             stream = self._stream(conn, leg)
-            comment = frame_comment(
-                conn, direction, api_key, api_version if leg == 0 else upstream_version, correlation_id,
-                client_id_json, group_id_json, ts_ns, False, None, omitted,
-            )  # fmt: skip
+            if leg == 1 and upstream_version != api_version:
+                comment = header_only_comment(
+                    conn, direction, api_key, upstream_version, correlation_id, ts_ns, omitted
+                )
             first = min(total, MAX_SEGMENT)
             header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, first, body)
             out.append(block(header + data, leg, ts_ns, comment, original_length=len(header) + first))
