@@ -16,6 +16,7 @@ Needs the `clients` extra (confluent-kafka).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"produced {group.produced}, consumed {group.consumed}", flush=True)
     group.stop.set()
     for thread in threads:
-        thread.join(timeout=30)
+        thread.join(timeout=15)
     survived = group.last_consumed_ns > changed_ns
     print(
         f"done: produced {group.produced}, consumed {group.consumed}; "
@@ -167,4 +168,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # librdkafka handles still closing in daemon threads (a consumer whose coordinator died) can
+    # hold interpreter shutdown for minutes; everything worth saying has been printed.
+    os._exit(code)

@@ -52,7 +52,7 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=800,
+            timeout=600,
             env={**env, "COLUMNS": "250"},
         )
     finally:  # never leave the cluster behind
