@@ -88,6 +88,12 @@ def test_start_a_sasl_ssl_cluster_reach_it_and_stop_it(tmp_path: Path) -> None:
         java = Path(cluster["client_config"]).read_text()
         assert "security.protocol=SASL_SSL" in java and "ScramLoginModule" in java
         assert (Path(cluster["directory"]) / "certs" / "proxy.pem").exists()
+        # `stop ID --node 3` crashes one node only (SIGKILL); the others keep serving.
+        killed = _cli(run_dir, "stop", str(cluster["id"]), "--node", "3")
+        assert killed.returncode == 0 and "killed node 3" in killed.stdout, killed.stderr
+        assert not pid_alive(cluster["nodes"][2]["pid"])
+        assert all(pid_alive(node["pid"]) for node in cluster["nodes"][:2])
+        assert _cli(run_dir, "stop", "--node", "4").returncode == 2
     finally:
         stopped = _cli(run_dir, "stop")
     assert stopped.returncode == 0 and "cluster of 3 nodes" in stopped.stdout, stopped.stderr
