@@ -14,7 +14,7 @@ Loads:
 
 Relays: haproxy in TCP mode with one thread (the proxy is one asyncio thread; `--haproxy-threads`
 changes it), `group-replay proxy`, `group-replay proxy --record` (the default `--record-scope
-group`: Produce/Fetch relayed, not recorded) and `--record --record-scope all` (every frame). The
+group`: Produce/Fetch recorded as their headers only) and `--record --record-scope all` (every frame). The
 capture column is the file each recording run left (for the broker loads: producer and consumer
 runs together, on the producer row).
 

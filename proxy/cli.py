@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=[str(scope) for scope in RecordScope],
         default=str(RecordScope.GROUP),
         help="group (default): record the group APIs, ApiVersions, Metadata, FindCoordinator, "
-        "DescribeCluster and SASL (redacted), not Produce/Fetch/...; all: every frame",
+        "DescribeCluster and SASL (redacted) in full, every other frame (Produce, Fetch, ...) as its "
+        "header only, in a packet that keeps the frame's length; all: every frame in full",
     )
     parser.add_argument("--policy", metavar="FILE", help="rewrite policy YAML (proxy.rewrite)")
     parser.add_argument(
