@@ -9,7 +9,8 @@ live in its sessions (read at scrape time, nothing is updated twice on the hot p
 Metrics (all `group_replay_proxy_*`): connections accepted and open per leg, frames and bytes
 per API key and direction, request latency per API key (a summary: sum and count), bytes per
 leg, rewrites, connections closed on bad input, upstream connection errors, buffered
-partial-frame bytes and their budget, capture bytes queued and written, TLS reloads.
+partial-frame bytes and their budget, capture bytes queued and written, the recorder's
+queue depth, JoinGroup responses per group (rebalances seen), TLS reloads.
 """
 
 from __future__ import annotations
@@ -129,6 +130,17 @@ def render(server: ProxyServer) -> str:
         out.append(_line("capture_written_bytes_total", recorder.written_bytes))
         out.append(_family("capture_backlog_bytes", "gauge", "Queued but not yet written (recorder lag)."))
         out.append(_line("capture_backlog_bytes", recorder.backlog_bytes))
+        out.append(_family("capture_queue_items", "gauge", "Items waiting in the recorder's queue."))
+        out.append(_line("capture_queue_items", recorder.queue_depth))
+    out.append(
+        _family(
+            "group_join_responses_total",
+            "counter",
+            "JoinGroup responses relayed per group: members joining rebalances (rebalances seen).",
+        )
+    )
+    for group, count in sorted(counts.join_responses.items()):
+        out.append(_line("group_join_responses_total", count, {"group": group}))
     if server.tls is not None:
         out.append(_family("tls_reloads_total", "counter", "Successful certificate reloads."))
         out.append(_line("tls_reloads_total", server.tls.reloads))

@@ -409,10 +409,13 @@ class _Direction:
 API_KEY_SLOTS = 128  # Kafka's API keys are below this (kio knows up to 92); unknown ones never count
 
 
+_JOIN_GROUP = int(ApiKey.JOIN_GROUP)
+
+
 class ApiCounts:
     """Frames and bytes per API key (list index) in each direction, for the proxy's metrics."""
 
-    __slots__ = ("latency_ns", "request_bytes", "requests", "response_bytes", "responses")
+    __slots__ = ("join_responses", "latency_ns", "request_bytes", "requests", "response_bytes", "responses")
 
     def __init__(self) -> None:
         self.requests = [0] * API_KEY_SLOTS
@@ -421,8 +424,16 @@ class ApiCounts:
         self.response_bytes = [0] * API_KEY_SLOTS
         # Sum over answered requests of (response seen - request seen), as the proxy saw them.
         self.latency_ns = [0] * API_KEY_SLOTS
+        # JoinGroup responses per group id: each is a member joining a rebalance ("rebalances seen").
+        self.join_responses: dict[str, int] = {}
+
+    def count_join(self, group_id: str | None) -> None:
+        key = group_id or ""
+        self.join_responses[key] = self.join_responses.get(key, 0) + 1
 
     def add(self, other: ApiCounts) -> None:
+        for group, count in other.join_responses.items():
+            self.join_responses[group] = self.join_responses.get(group, 0) + count
         for mine, theirs in (
             (self.requests, other.requests),
             (self.request_bytes, other.request_bytes),
@@ -642,6 +653,8 @@ class ProxySession:
                 counts.responses[head[P_API_KEY]] += 1
                 counts.response_bytes[head[P_API_KEY]] += 4 + size
                 counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
+                if head[P_API_KEY] == _JOIN_GROUP:
+                    counts.count_join(head[P_GROUP_ID])
             if header_only:
                 heads.append(
                     pack_response_head(
@@ -739,6 +752,8 @@ class ProxySession:
                 counts.responses[head[P_API_KEY]] += 1
                 counts.response_bytes[head[P_API_KEY]] += 4 + size
                 counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
+                if head[P_API_KEY] == _JOIN_GROUP:
+                    counts.count_join(head[P_GROUP_ID])
             payload = data[pos + 4 : end]
             emit(
                 new_record(
@@ -898,6 +913,8 @@ class ProxySession:
             self.api_counts.responses[request.api_key] += 1
             self.api_counts.response_bytes[request.api_key] += 4 + size
             self.api_counts.latency_ns[request.api_key] += self._now_ns - request.sent_ns
+            if request.api_key == _JOIN_GROUP:
+                self.api_counts.count_join(request.group_id)
         self._response_for = request
         self._response_policy = self._passthrough is False and self.policy.wants_response(request)
         hold = self._response_policy or (self.addresses is not None and request.api_key in ADDRESS_API_KEYS)

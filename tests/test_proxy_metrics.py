@@ -75,6 +75,9 @@ def test_metrics_count_what_was_relayed(broker_factory, make_topic, tmp_path: Pa
     assert after["group_replay_proxy_rewrites_total"] >= 1  # Metadata names the brokers
     assert after["group_replay_proxy_capture_queued_bytes_total"] > 0
     assert after["group_replay_proxy_closed_on_error_total"] == 0
+    group = f"metrics-{os.getpid()}"
+    assert after[f'group_replay_proxy_group_join_responses_total{{group="{group}"}}'] >= 1
+    assert "group_replay_proxy_capture_queue_items" in after
     assert "group_replay_proxy_buffered_bytes" in after
     # Latency: every answered Fetch took some time; the sum is positive and the count matches.
     fetch_labels = '{api_key="1",api="Fetch"}'

@@ -684,6 +684,11 @@ class CaptureWriter:
     # -- called from the event loop: cheap, never blocks ----------------------------------------
 
     @property
+    def queue_depth(self) -> int:
+        """Items (frames, runs, events) waiting for the sender thread."""
+        return self._queue.qsize()
+
+    @property
     def backlog_bytes(self) -> int:
         return 0 if self._dead else self.queued_bytes - self.written_bytes
 
