@@ -200,8 +200,19 @@ def _print_table(states: list[BrokerState], clusters: list[ClusterState]) -> Non
     from rich.table import Table
 
     table = Table(title="Kafka brokers started by group-replay")
+    # What a user copies from this table (id, bootstrap) is never cut short; the data
+    # directory folds onto more lines when the terminal is narrow.
+    bootstraps = [s.bootstrap for s in states] + [f"{c.bootstrap} ({c.security})" for c in clusters]
     for column in ("id", "version", "nodes", "bootstrap", "coordinator", "up", "data dir"):
-        table.add_column(column)
+        match column:
+            case "id" | "version":
+                table.add_column(column, no_wrap=True, min_width=len(column))
+            case "bootstrap":
+                table.add_column(column, overflow="fold", min_width=max(map(len, bootstraps), default=9))
+            case "data dir":
+                table.add_column(column, overflow="fold")
+            case _:
+                table.add_column(column)
     now_ms = int(time.time() * 1000)
     for state in states:
         table.add_row(
