@@ -91,7 +91,9 @@ def test_serve_answers_like_kafka_under_the_same_fuzz(
     unexpected = [
         (api, code)
         for api, code in difference["codes_only_serve"]
-        if code not in KAFKA_ANSWERS_TOO.get(api, ())
+        # Success is an answer Kafka gives to every API; whether one fuzzed run of the broker
+        # happened to succeed at an API depends on timing (seen under load: HEARTBEAT none).
+        if code != "none" and code not in KAFKA_ANSWERS_TOO.get(api, ())
     ]
     assert not unexpected, detail
     assert process.poll() is None
