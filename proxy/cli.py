@@ -27,7 +27,16 @@ def _parser() -> argparse.ArgumentParser:
         prog="group-replay proxy",
         description="Transparent Kafka proxy: relays every byte, decodes the group APIs, records to pcapng.",
     )
-    parser.add_argument("--upstream", required=True, metavar="HOST:PORT", help="bootstrap broker")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="read these settings from a YAML file (proxy.config_file: keys are the flags' names "
+        "with underscores, client_tls/upstream_tls per leg); flags given here override it",
+    )
+    parser.add_argument(
+        "--upstream", metavar="HOST:PORT", help="bootstrap broker (required, here or in --config)"
+    )
     parser.add_argument(
         "--listen",
         default="127.0.0.1:19092",
@@ -198,9 +207,36 @@ def _print_summary(server: ProxyServer, recorder: Any | None) -> None:
     print(line, flush=True)
 
 
+def _given(argv: list[str]) -> set[str]:
+    """The destinations the command line set itself (they override --config)."""
+    quiet = _parser()
+    for action in quiet._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(quiet.parse_args(argv)))
+
+
 def main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.config is not None:
+        from proxy.config_file import load as load_config
+        from proxy.yaml_reader import YamlInputError
+
+        try:
+            from_file = load_config(args.config)
+        except YamlInputError as exc:
+            print(f"group-replay proxy: {exc}", file=sys.stderr)
+            return 2
+        given = _given(argv)
+        for dest, value in from_file.items():
+            if dest not in given:
+                setattr(args, dest, value)
+    if args.upstream is None:
+        print(
+            "group-replay proxy: --upstream HOST:PORT is required (or `upstream:` in --config)",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         upstream = parse_hostport(args.upstream)
