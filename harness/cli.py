@@ -31,19 +31,21 @@ from harness.broker import (
     SASL_MECHANISMS,
     BrokerError,
     BrokerState,
-    ClusterState,
-    cluster_directory,
     find_running,
-    find_running_clusters,
     pid_alive,
     start_broker,
-    start_cluster,
     stop_detached,
-    stop_detached_cluster,
-    write_cluster_state,
     write_state,
 )
 from harness.certs import CertError
+from harness.cluster import (
+    ClusterState,
+    cluster_directory,
+    find_running_clusters,
+    start_cluster,
+    stop_detached_cluster,
+    write_cluster_state,
+)
 from harness.lines import DEFAULT_KAFKA_VERSION, KAFKA_4X, KAFKA_39, Mode, line_for
 from harness.maven import MavenError, missing_tools
 from harness.progress import download_progress

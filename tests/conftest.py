@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker import Broker, BrokerError, Cluster, SecureListener, start_broker, start_cluster
+from harness.broker import Broker, BrokerError, SecureListener, start_broker
 from harness.certs import CertAuthority, Leaf
+from harness.cluster import Cluster, start_cluster
 from harness.lines import KAFKA_4X, KAFKA_39
 from harness.maven import MavenError, missing_tools
 

@@ -1,0 +1,257 @@
+"""Several KRaft nodes on 127.0.0.1 as one Kafka cluster, and their state for detached runs.
+
+Each node is a `harness.broker.Broker` started from a `harness.launch` plan; this module adds
+the shared controller quorum and cluster id, the replicated internal topics, node restarts and
+the cluster's state file (`group-replay broker start --brokers N`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness import paths
+from harness.broker import (
+    DEFAULT_READY_TIMEOUT_MS,
+    DEFAULT_STOP_TIMEOUT_MS,
+    Broker,
+    BrokerState,
+    pid_alive,
+    run_format,
+    spawn,
+    track,
+    wait_ready,
+)
+from harness.launch import DEFAULT_HEAP_MB, BrokerError, SecureListener, cluster_id, plan_broker
+from harness.lines import DEFAULT_KAFKA_VERSION, Mode
+from harness.maven import ProgressCallback
+
+# A 3-node cluster that keeps its groups when one node stops: the offsets topic (whose partition
+# leader is the group coordinator) is replicated to every node, one in-sync replica suffices.
+CLUSTER_SETTINGS: dict[str, str] = {
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "1",
+    "offsets.topic.num.partitions": "1",
+    "unclean.leader.election.enable": "true",
+}
+
+
+@dataclass(eq=False)
+class Cluster:
+    """Running KRaft nodes (broker+controller each, node ids 1..N, one controller quorum)."""
+
+    brokers: list[Broker]
+
+    @property
+    def bootstrap(self) -> str:
+        """Every running node's PLAINTEXT address, comma-separated (a client's bootstrap list)."""
+        return ",".join(b.bootstrap for b in self.brokers if b.is_running())
+
+    def node(self, node_id: int) -> Broker:
+        return self.brokers[node_id - 1]
+
+    def listener_bootstrap(self, name: str) -> str:
+        """Every running node's `name` listener (SSL, SASL_SSL, ...), comma-separated."""
+        return ",".join(b.listener_bootstrap(name) for b in self.brokers if b.is_running())
+
+    def node_for_port(self, port: int) -> Broker:
+        for broker in self.brokers:
+            if broker.plan.port == port:
+                return broker
+        raise KeyError(f"no node listens on port {port}")
+
+    @property
+    def kafka_version(self) -> str:
+        return self.brokers[0].kafka_version
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node (a crash: no controlled shutdown); its data stays for `restart`."""
+        process = self.node(node_id).process
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait()
+
+    def restart(self, node_id: int, ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS) -> Broker:
+        """Start a stopped or killed node again on its ports and data; returns once it answers."""
+        broker = self.node(node_id)
+        if broker.is_running():
+            return broker
+        broker.process = spawn(broker.plan, detach=False)
+        broker._stopped = False
+        track(broker)
+        wait_ready(broker.plan, broker.process, ready_timeout_ms)
+        return broker
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            broker.stop()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def start_cluster(
+    kafka_version: str = DEFAULT_KAFKA_VERSION,
+    size: int = 3,
+    new_coordinator: bool | None = None,
+    extra_config: dict[str, str] | None = None,
+    *,
+    heap_mb: int = DEFAULT_HEAP_MB,
+    ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
+    progress: ProgressCallback | None = None,
+    secure_listeners: tuple[SecureListener, ...] = (),
+    detach: bool = False,
+    work_root: Path | None = None,
+) -> Cluster:
+    """Start `size` KRaft nodes that form one cluster; returns when every node answers ApiVersions.
+
+    `detach=True` leaves the nodes running after this interpreter exits (`group-replay broker start
+    --brokers N`); `work_root` puts node i's config, data and log in `work_root/node-i` (default: a
+    fresh temp dir per node).
+
+    Each node is broker and controller (`process.roles=broker,controller`), all are voters of one
+    quorum (`controller.quorum.voters`), formatted with one cluster id. Replication settings are
+    `CLUSTER_SETTINGS` (for size >= 3), so a group survives one node stopping: its coordinator
+    moves to the new leader of the offsets topic's partition.
+    """
+    if size < 1:
+        raise ValueError("a cluster has at least one node")
+    settings = {**CLUSTER_SETTINGS} if size >= 3 else {}
+    settings |= extra_config or {}
+    plans = [
+        plan_broker(
+            kafka_version,
+            new_coordinator,
+            settings,
+            heap_mb=heap_mb,
+            progress=progress,
+            secure_listeners=secure_listeners,
+            work_dir=None if work_root is None else work_root / f"node-{index + 1}",
+        )
+        for index in range(size)
+    ]
+    if plans[0].line.mode is not Mode.KRAFT:
+        raise BrokerError(f"clusters are set up for KRaft lines (3.3+) only, not Kafka {kafka_version}")
+    voters = ",".join(f"{index + 1}@127.0.0.1:{plan.controller_port}" for index, plan in enumerate(plans))
+    shared_id = cluster_id()
+    plans = [
+        replace(
+            plan,
+            cluster_id=shared_id,
+            properties={**plan.properties, "node.id": str(index + 1), "controller.quorum.voters": voters},
+        )
+        for index, plan in enumerate(plans)
+    ]
+    brokers: list[Broker] = []
+    try:
+        for plan in plans:
+            plan.write_files()
+            run_format(plan)
+        for plan in plans:
+            process = spawn(plan, detach)
+            broker = Broker(plan=plan, process=process, owns_work_dir=not detach)
+            if not detach:
+                track(broker)
+            brokers.append(broker)
+        for broker in brokers:
+            wait_ready(broker.plan, broker.process, ready_timeout_ms)
+    except BaseException:
+        for broker in brokers:
+            broker.stop()
+        for plan in plans:
+            shutil.rmtree(plan.work_dir, ignore_errors=True)
+        raise
+    return Cluster(brokers)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """A detached cluster (`group-replay broker start --brokers N`): its nodes and how to reach it.
+
+    `id` is node 1's pid; `bootstrap` is the client listener of every node (`security` names its
+    protocol); `directory` holds the nodes' work dirs, the certificates and `client_config`
+    (Java client properties) / `librdkafka_config` (librdkafka properties) for that listener."""
+
+    kafka_version: str
+    id: int
+    bootstrap: str
+    security: str
+    plaintext_bootstrap: str
+    directory: str
+    client_config: str
+    librdkafka_config: str
+    started_at_ms: int
+    nodes: tuple[BrokerState, ...]
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterState:
+        data: dict[str, Any] = json.loads(text)
+        nodes = tuple(BrokerState(**node) for node in data.pop("nodes"))
+        return cls(**data, nodes=nodes)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+def cluster_state_path(kafka_version: str) -> Path:
+    return paths.run_dir() / f"cluster-{kafka_version}.json"
+
+
+def cluster_directory(kafka_version: str) -> Path:
+    """Where a detached cluster of this version keeps its nodes, certificates and client configs."""
+    return paths.run_dir() / f"cluster-{kafka_version}"
+
+
+def write_cluster_state(state: ClusterState) -> Path:
+    path = cluster_state_path(state.kafka_version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(state.to_json())
+    tmp.replace(path)
+    return path
+
+
+def find_running_clusters(kafka_version: str | None = None) -> list[ClusterState]:
+    """Clusters started detached whose nodes are (some of them) still alive."""
+    found = []
+    for path in sorted(paths.run_dir().glob("cluster-*.json")):
+        try:
+            state = ClusterState.from_json(path.read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if kafka_version is not None and state.kafka_version != kafka_version:
+            continue
+        if any(pid_alive(node.pid) for node in state.nodes):
+            found.append(state)
+    return found
+
+
+def stop_detached_cluster(state: ClusterState, timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> bool:
+    """SIGTERM every node at once (no node waits for a quorum that is going away), SIGKILL what is
+    left after `timeout_ms`; removes the state file and the cluster's directory."""
+    alive = [node.pid for node in state.nodes if pid_alive(node.pid)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while any(pid_alive(pid) for pid in alive) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in alive:
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    cluster_state_path(state.kafka_version).unlink(missing_ok=True)
+    shutil.rmtree(state.directory, ignore_errors=True)
+    return bool(alive)
