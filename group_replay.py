@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "proxy": ("proxy.cli", "main", "transparent Kafka proxy that records group traffic and can rewrite it"),
     "capture": ("proxy.capture.cli", "main", "show or export a pcapng capture recorded by the proxy"),
-    "coordinator": ("replay.server", "main", "serve the reference group coordinator over TCP"),
+    "coordinator": ("replay.serve_cli", "main", "serve the reference group coordinator over TCP"),
     "replay": ("replay.cli", "replay_main", "replay a capture against the reference coordinator or a broker"),
     "scenarios": ("replay.cli", "scenarios_main", "list or show the built-in scenario library"),
     "validate": ("validator.cli", "main", "diff expected vs observed rebalances with Spark; write a report"),

@@ -21,7 +21,8 @@ from kio.schema.errors import ErrorCode
 
 from replay.coordinator import CoordinatorConfig
 from replay.coordinator import requests as Q
-from replay.server import ReferenceServer, parse_topics
+from replay.serve_cli import parse_topics
+from replay.server import ReferenceServer
 from tests.support.serve import WireClient, start_serve
 
 E = ErrorCode

@@ -1,0 +1,151 @@
+"""`group-replay coordinator`: the command line of the served reference coordinator.
+
+Options map one to one onto Kafka's group coordinator settings; `replay.server.serve` runs it.
+Exit codes: 0 stopped, 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from replay.coordinator import CoordinatorConfig, KafkaBehaviour
+from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
+from replay.coordinator.consumer.group import MigrationPolicy
+from replay.server import serve
+
+
+def parse_topics(text: str) -> dict[str, int]:
+    """`events:6,orders` -> {"events": 6, "orders": 1}."""
+    topics: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, count = item.partition(":")
+        if not name:
+            raise ValueError(f"empty topic name in {text!r}")
+        try:
+            partitions = int(count) if count else 1
+        except ValueError:
+            raise ValueError(f"topic {name!r}: partition count {count!r} is not a number") from None
+        if partitions < 1:
+            raise ValueError(f"topic {name!r}: partition count must be >= 1")
+        topics[name] = partitions
+    return topics
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="group-replay coordinator",
+        description="Serve the reference classic group coordinator over TCP so real clients can join it.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="listen for Kafka clients")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    s.add_argument("--port", type=int, default=9092, help="0 picks a free port (printed on stdout)")
+    s.add_argument("--topics", default="", help="topics and partition counts: events:6,orders:3")
+    s.add_argument(
+        "--behaviour",
+        choices=[b.value for b in KafkaBehaviour],
+        default=KafkaBehaviour.SCALA_3_9.value,
+        help="which Kafka coordinator to behave as (default %(default)s)",
+    )
+    s.add_argument(
+        "--group-min-session-timeout-ms", type=int, default=6000, help="Kafka's setting (default %(default)s)"
+    )
+    s.add_argument(
+        "--group-max-session-timeout-ms",
+        type=int,
+        default=1_800_000,
+        help="Kafka's setting (default %(default)s)",
+    )
+    s.add_argument(
+        "--group-initial-rebalance-delay-ms",
+        type=int,
+        default=3000,
+        help="Kafka's setting (default %(default)s)",
+    )
+    s.add_argument(
+        "--group-max-size", type=int, default=2**31 - 1, help="Kafka's setting (default: no limit)"
+    )
+    s.add_argument(
+        "--consumer-group-behaviour",
+        choices=[b.value for b in ConsumerGroupBehaviour],
+        default=ConsumerGroupBehaviour.KAFKA_4_3.value,
+        help="which Kafka build's KIP-848 consumer group rules to follow (default %(default)s)",
+    )
+    s.add_argument(
+        "--consumer-group-session-timeout-ms",
+        type=int,
+        default=45_000,
+        help="Kafka's group.consumer.session.timeout.ms (default %(default)s)",
+    )
+    s.add_argument(
+        "--consumer-group-assignment-interval-ms",
+        type=int,
+        default=1000,
+        help="Kafka 4.3's group.consumer.assignment.interval.ms (default %(default)s)",
+    )
+    s.add_argument(
+        "--consumer-group-migration-policy",
+        choices=[p.value for p in MigrationPolicy],
+        default=MigrationPolicy.DISABLED.value,
+        help="Kafka's group.consumer.migration.policy: the online classic <-> consumer group "
+        "conversion (default %(default)s; Kafka's default is bidirectional)",
+    )
+    s.add_argument("--events", type=Path, help="append the coordinator's group events here (JSON Lines)")
+    s.add_argument("--log-level", default="WARNING", help="Python logging level (default %(default)s)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if exc.code in (0, None) else 2
+    try:
+        topics = parse_topics(args.topics)
+    except ValueError as exc:
+        print(f"group-replay coordinator: --topics: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    config = CoordinatorConfig(
+        group_min_session_timeout_ms=args.group_min_session_timeout_ms,
+        group_max_session_timeout_ms=args.group_max_session_timeout_ms,
+        group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+        group_max_size=args.group_max_size,
+        kafka_behaviour=KafkaBehaviour(args.behaviour),
+        host=args.host,
+        port=args.port,
+    )
+    events_out = args.events.open("a", encoding="utf-8") if args.events else None
+    try:
+        consumer_config = ConsumerGroupConfig(
+            behaviour=ConsumerGroupBehaviour(args.consumer_group_behaviour),
+            session_timeout_ms=args.consumer_group_session_timeout_ms,
+            assignment_interval_ms=args.consumer_group_assignment_interval_ms,
+            migration_policy=MigrationPolicy(args.consumer_group_migration_policy),
+            classic_max_size=args.group_max_size,
+        )
+        asyncio.run(
+            serve(
+                args.host,
+                args.port,
+                config,
+                topics,
+                events_out,
+                ready=sys.stdout,
+                consumer_config=consumer_config,
+            )
+        )
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(f"group-replay coordinator: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if events_out is not None:
+            events_out.close()
+    return 0
