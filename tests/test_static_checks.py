@@ -53,8 +53,6 @@ OVER_LIMIT_AWAITING_SPLIT = frozenset(
     {
         "proxy/capture/writer.py",
         "proxy/session.py",
-        "replay/coordinator/consumer/coordinator.py",
-        "replay/server.py",
     }
 )
 

@@ -30,206 +30,50 @@ OffsetCommit member-epoch checks, the assignor offload thread.
 
 from __future__ import annotations
 
-import enum
-import re
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from uuid import UUID
 
 from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer import assignors
+from replay.coordinator.consumer.describe import describe_groups
 from replay.coordinator.consumer.group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
-    MigrationPolicy,
     Partitions,
     reconcile,
+)
+from replay.coordinator.consumer.regex import (
+    maybe_refresh_regexes,
+    maybe_update_regexes,
+)
+from replay.coordinator.consumer.types import (
+    ConsumerGroupBehaviour,
+    ConsumerGroupConfig,
+    ConsumerGroupEvent,
+    DescribedGroup,
+    DescribedMember,
+    HeartbeatError,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    TopicImage,
+    updated_member,
 )
 from replay.coordinator.timers import KeyedTimers
 
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1  # ConsumerGroupHeartbeatRequest (KIP-1082)
-REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000  # GroupMetadataManager
-
-# RE2 (com.google.re2j, what Kafka compiles subscription regexes with) has no lookaround and no
-# backreferences; Python's `re` has both. Everything else used in topic patterns reads the same.
-_NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=|\(\?\(")
 
 
 @lru_cache(maxsize=1 << 14)
 def _serve_topic_id(name: str) -> UUID:
     """The topic id `coordinator serve` gives `name` in its Metadata answers."""
     return uuid.uuid5(uuid.NAMESPACE_URL, f"group-replay:{name}")
-
-
-def regex_error(pattern: str) -> str | None:
-    """Why Kafka (re2j) refuses `pattern`, or None (Utils.throwIfRegularExpressionIsInvalid)."""
-    if _NOT_RE2.search(pattern):
-        return "lookaround, backreferences and conditionals are not RE2 syntax"
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        return str(exc)
-    return None
-
-
-def resolve_regex(pattern: str, topic_names: Iterable[str]) -> frozenset[str]:
-    """TopicRegexResolver: the topic names the regex matches entirely (`matcher(name).matches()`)."""
-    try:
-        compiled = re.compile(pattern)
-    except re.error:
-        return frozenset()
-    return frozenset(name for name in topic_names if compiled.fullmatch(name))
-
-
-class ConsumerGroupBehaviour(enum.Enum):
-    """Which Kafka build's consumer-group rules apply; each difference is a named property below,
-    found by running tests/test_consumer_group_differential.py against both brokers and read in
-    the sources jars (org.apache.kafka:kafka-group-coordinator:4.0.1 and :4.3.1)."""
-
-    KAFKA_4_0 = "4.0"
-    KAFKA_4_3 = "4.3"
-
-    @property
-    def initial_epoch(self) -> int:
-        """A new group's group epoch and target assignment epoch: 4.3's ModernGroup starts at 1
-        (TargetAssignmentMetadata.INITIAL = epoch 1), 4.0's at 0; the first join answers 2 or 1."""
-        return 1 if self is ConsumerGroupBehaviour.KAFKA_4_3 else 0
-
-    @property
-    def moves_new_group_off_epoch_zero(self) -> bool:
-        """4.0's consumerGroupHeartbeat bumps a group still at epoch 0 on any heartbeat ("ensure
-        that it moves away from epoch 0"), so even a regex-only first member gets epoch 1 at once;
-        4.3 starts groups at 1 and has no such rule."""
-        return self is ConsumerGroupBehaviour.KAFKA_4_0
-
-    @property
-    def epoch_zero_rejoins(self) -> bool:
-        """throwIfConsumerGroupMemberEpochIsInvalid: 4.3 lets a known member rejoin with epoch 0
-        (KIP-848's fenced-member recovery); 4.0 treats 0 like any smaller epoch (FENCED_MEMBER_EPOCH
-        unless 0 is its previous epoch and it owns a subset of its assignment)."""
-        return self is ConsumerGroupBehaviour.KAFKA_4_3
-
-    @property
-    def batches_target_assignments(self) -> bool:
-        """4.3 computes a new target at most once per group.consumer.assignment.interval.ms
-        (canComputeNextTargetAssignment); 4.0 computes it on every group epoch bump."""
-        return self is ConsumerGroupBehaviour.KAFKA_4_3
-
-    @property
-    def describe_includes_pending_revocation(self) -> bool:
-        """ConsumerGroupDescribe's member assignment: 4.3 adds what the member must still revoke
-        (asConsumerGroupDescribeMember), 4.0 shows only its assigned partitions."""
-        return self is ConsumerGroupBehaviour.KAFKA_4_3
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
-    """Broker settings (GroupCoordinatorConfig defaults of Kafka 4.3.1)."""
-
-    behaviour: ConsumerGroupBehaviour = ConsumerGroupBehaviour.KAFKA_4_3
-    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
-    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
-    max_size: int = 2**31 - 1  # group.consumer.max.size
-    assignors: tuple[str, ...] = assignors.ASSIGNORS  # group.consumer.assignors; first is the default
-    assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
-    regex_refresh_interval_ms: int = 600_000  # group.consumer.regex.refresh.interval.ms
-    # group.consumer.migration.policy. Kafka's default is BIDIRECTIONAL; the reference keeps
-    # DISABLED as its default (what it answered before the migration was modelled).
-    migration_policy: MigrationPolicy = MigrationPolicy.DISABLED
-    classic_max_size: int = 2**31 - 1  # group.max.size (validateOnlineDowngrade*)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicImage:
-    """What the coordinator knows of a topic from the metadata image."""
-
-    name: str
-    topic_id: UUID
-    partitions: int
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
-    """ConsumerGroupHeartbeatRequest, protocol-neutral (None = the field's null / -1 sentinel)."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Mapping[UUID, frozenset[int]] | None = None  # topicPartitions
-    api_version: int = 1
-    client_id: str = ""
-    client_host: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResponse:
-    error_code: int = 0
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Mapping[UUID, frozenset[int]] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedMember:
-    member_id: str
-    instance_id: str | None
-    rack_id: str | None
-    member_epoch: int
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
-    assignment: Mapping[UUID, frozenset[int]]
-    target_assignment: Mapping[UUID, frozenset[int]]
-    classic: bool = False  # uses the classic protocol (member_type 0, KIP-1099)
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedGroup:
-    """ConsumerGroupDescribeResponse.DescribedGroup (GroupMetadataManager.consumerGroupDescribe)."""
-
-    group_id: str
-    error_code: int
-    error_message: str | None = None
-    group_state: str = ""
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor_name: str = ""
-    members: tuple[DescribedMember, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupEvent:
-    """Something a replay's event table may want: joined, left, fenced (with why), epoch bumps."""
-
-    ts_ms: int
-    group_id: str
-    kind: str  # member_joined | member_left | member_fenced | member_expired | target_assigned |
-    # group_upgraded | group_downgraded (the online migration)
-    member_id: str | None = None
-    epoch: int = 0
-    detail: str = ""
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _error(code: ErrorCode, message: str) -> HeartbeatError:
@@ -489,16 +333,16 @@ class ConsumerGroupCoordinator:
                 member = existing
         is_new = member_id not in group.members and replaced is None
 
-        updated = self._updated(member, request)
+        updated = updated_member(member, request)
         # hasMemberSubscriptionChanged: names only (a new member starts with none, so joining with
         # names bumps the group epoch and joining with only a regex waits for its resolution).
         names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
         regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
         regex_resolved = (
-            self._maybe_update_regexes(now_ms, group, member, updated) if regex_changed else False
+            maybe_update_regexes(self, now_ms, group, member, updated) if regex_changed else False
         )
         if not regex_changed:
-            self._maybe_refresh_regexes(now_ms, group, member, updated, require=False)
+            maybe_refresh_regexes(self, now_ms, group, member, updated, require=False)
         self.groups[group.group_id] = group
         if replaced is not None:
             # replaceMember: the new id takes the departed member's target; timers stay (they no-op).
@@ -562,49 +406,6 @@ class ConsumerGroupCoordinator:
         )
 
     @staticmethod
-    def _updated(member: ConsumerGroupMember, request: HeartbeatRequest) -> ConsumerGroupMember:
-        """ConsumerGroupMember.Builder.maybeUpdate*: a field the request leaves null (or -1) keeps
-        its value. A plain heartbeat changes nothing and returns the member itself."""
-        if (
-            request.instance_id is None
-            and request.rack_id is None
-            and request.rebalance_timeout_ms == -1
-            and request.server_assignor is None
-            and request.subscribed_topic_names is None
-            and request.subscribed_topic_regex is None
-            and request.client_id == member.client_id
-            and request.client_host == member.client_host
-            and member.classic is None
-        ):
-            return member
-        return replace(
-            member,
-            classic=None,  # setClassicMemberMetadata(null): the member now uses the consumer protocol
-            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
-            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
-            rebalance_timeout_ms=(
-                request.rebalance_timeout_ms
-                if request.rebalance_timeout_ms != -1
-                else member.rebalance_timeout_ms
-            ),
-            server_assignor=request.server_assignor
-            if request.server_assignor is not None
-            else member.server_assignor,
-            subscribed_topic_names=(
-                frozenset(request.subscribed_topic_names)
-                if request.subscribed_topic_names is not None
-                else member.subscribed_topic_names
-            ),
-            subscribed_topic_regex=(
-                request.subscribed_topic_regex
-                if request.subscribed_topic_regex is not None
-                else member.subscribed_topic_regex
-            ),
-            client_id=request.client_id,
-            client_host=request.client_host,
-        )
-
-    @staticmethod
     def _last_target(group: ConsumerGroup, member: ConsumerGroupMember) -> Partitions:
         return group.target.get(member.member_id, {})
 
@@ -663,91 +464,6 @@ class ConsumerGroupCoordinator:
         if len(regexes) != 1 or next(iter(regexes.values())) != count:
             return False
         return not by_name
-
-    def _maybe_update_regexes(
-        self, now_ms: int, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember
-    ) -> bool:
-        """maybeUpdateRegularExpressions for a changed regex; True is REGEX_UPDATED_AND_RESOLVED
-        (the group epoch is bumped now; an unresolved new regex waits for its resolution)."""
-        old, new = member.subscribed_topic_regex, updated.subscribed_topic_regex
-        resolved = False
-        require = False
-        if new:
-            others = sum(
-                1
-                for m in group.members.values()
-                if m.member_id != member.member_id and m.subscribed_topic_regex == new
-            )
-            if others == 0:
-                error = regex_error(new)
-                if error is not None:
-                    raise _error(
-                        ErrorCode.invalid_regular_expression,
-                        f"SubscribedTopicRegex `{new}` is not a valid regular expression: {error}.",
-                    )
-                require = True
-            elif new in group.resolved_regexes:
-                resolved = True
-        elif old:
-            resolved = True
-        self._maybe_refresh_regexes(now_ms, group, member, updated, require)
-        return resolved
-
-    def _maybe_refresh_regexes(
-        self,
-        now_ms: int,
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        updated: ConsumerGroupMember,
-        require: bool,
-    ) -> None:
-        """The batching part of maybeUpdateRegularExpressions: resolve the group's regexes in the
-        background (`{group}-regex` on Kafka's executor; a timer due now here, so it completes
-        after this heartbeat's answer), at most every 10 s, when a regex is unresolved, topics
-        were created since the last resolution, or group.consumer.regex.refresh.interval.ms passed."""
-        subscribed = self._counts_with(group, updated)[1]
-        if not require and not subscribed:
-            return
-        key = f"{group.group_id}-regex"
-        if self.timers.is_scheduled(key):
-            return
-        last = group.last_regex_refresh_ms
-        if last is not None and now_ms <= last + REGEX_BATCH_REFRESH_MIN_INTERVAL_MS:
-            return
-        require = require or len(subscribed) != len(group.resolved_regexes)
-        require = require or group.regex_topic_names != frozenset(self.topic_partitions)
-        require = require or (last is not None and now_ms > last + self.config.regex_refresh_interval_ms)
-        if not require or not subscribed:
-            return
-        regexes = frozenset(subscribed)
-
-        def resolved(at_ms: int) -> None:
-            self._regexes_resolved(at_ms, group.group_id, regexes, now_ms)
-
-        self.timers.schedule(key, now_ms, resolved)
-
-    def _regexes_resolved(self, now_ms: int, group_id: str, regexes: frozenset[str], started_ms: int) -> None:
-        """handleRegularExpressionsResult (TopicRegexResolver: a regex resolves to the topic names
-        it fully matches)."""
-        group = self.groups.get(group_id)
-        if group is None:
-            return
-        names = frozenset(self.topic_partitions)
-        bump = False
-        still = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
-        for regex in sorted(regexes):
-            if regex not in still:
-                continue
-            topics = resolve_regex(regex, names)
-            if group.resolved_regexes.get(regex, frozenset()) != topics:
-                bump = True
-            group.resolved_regexes[regex] = topics
-        group.last_regex_refresh_ms = started_ms
-        group.regex_topic_names = names
-        metadata_hash = self._metadata_hash(self._subscribed_names(group, None))
-        if bump or metadata_hash != group.metadata_hash:
-            group.group_epoch += 1
-            group.metadata_hash = metadata_hash
 
     def _preferred_assignor(
         self, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember
@@ -856,56 +572,9 @@ class ConsumerGroupCoordinator:
         return HeartbeatResponse(member_id=request.member_id, member_epoch=request.member_epoch)
 
     # -- ConsumerGroupDescribe -------------------------------------------------------------------
-
     def describe(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
-        """GroupMetadataManager.consumerGroupDescribe / ConsumerGroup.asDescribedGroup."""
-        described = []
-        for group_id in group_ids:
-            group = self.groups.get(group_id)
-            if group is None:
-                described.append(
-                    DescribedGroup(
-                        group_id,
-                        int(ErrorCode.group_id_not_found),
-                        f"Group {group_id} not found.",  # no state: Kafka sets none
-                    )
-                )
-                continue
-            members = tuple(
-                DescribedMember(
-                    m.member_id,
-                    m.instance_id,
-                    m.rack_id,
-                    m.member_epoch,
-                    m.client_id,
-                    m.client_host,
-                    tuple(sorted(m.subscribed_topic_names)),
-                    m.subscribed_topic_regex,
-                    # asConsumerGroupDescribeMember: the member still answers for what it must revoke
-                    {
-                        t: m.assigned.get(t, frozenset()) | m.pending_revocation.get(t, frozenset())
-                        for t in {*m.assigned, *m.pending_revocation}
-                    }
-                    if self.config.behaviour.describe_includes_pending_revocation
-                    else m.assigned,
-                    group.target.get(m.member_id, {}),
-                    m.classic is not None,
-                )
-                for m in group.members.values()
-            )
-            described.append(
-                DescribedGroup(
-                    group_id,
-                    0,
-                    None,
-                    group.state.value,
-                    group.group_epoch,
-                    group.assignment_epoch,
-                    self._preferred_assignor(group, ConsumerGroupMember(""), ConsumerGroupMember("")),
-                    members,
-                )
-            )
-        return described
+        """GroupMetadataManager.consumerGroupDescribe (`describe.describe_groups`)."""
+        return describe_groups(self, group_ids)
 
 
 __all__ = [
@@ -915,6 +584,7 @@ __all__ = [
     "ConsumerGroupEvent",
     "DescribedGroup",
     "DescribedMember",
+    "HeartbeatError",
     "HeartbeatRequest",
     "HeartbeatResponse",
     "TopicImage",

@@ -54,6 +54,7 @@ from replay.coordinator.consumer.group import (
     Partitions,
     reconcile,
 )
+from replay.coordinator.consumer.regex import maybe_update_regexes
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.types import GroupState
 
@@ -266,7 +267,7 @@ def classic_join(
     names_changed = updated.subscribed_topic_names != member.subscribed_topic_names
     regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex
     if regex_changed:
-        coordinator._maybe_update_regexes(now_ms, group, member, updated)
+        maybe_update_regexes(coordinator, now_ms, group, member, updated)
     if replaced is not None:
         target = group.target.get(replaced.member_id)
         group.remove_member(replaced.member_id)
