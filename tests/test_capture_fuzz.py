@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from proxy.capture.blocks import PcapNgBlocks
 from proxy.capture.cli import _table, rpc_rows
 from proxy.capture.cli import show as capture_show
 from proxy.capture.pcapng import EPB_TYPE, IDB_TYPE, parse
 from proxy.capture.reader import CaptureFormatError, read_capture
-from proxy.capture.writer import _PcapNgBlocks
 from replay.plan import ReplayInputError, build_plan
 from tests.test_capture import _write
 
@@ -45,9 +45,7 @@ def _blocks(data: bytes) -> list[tuple[int, int, int]]:
 def _rebuild_packet(data: bytes, offset: int, total: int, packet: bytes, comments: list[bytes]) -> bytes:
     """The capture with one Enhanced Packet Block replaced (same interface and time)."""
     if_id, ts_high, ts_low = struct.unpack_from("<III", data, offset + 8)
-    block = _PcapNgBlocks(io.BytesIO()).packet_block(
-        packet, if_id, (ts_high << 32) | ts_low, comments or None
-    )
+    block = PcapNgBlocks(io.BytesIO()).packet_block(packet, if_id, (ts_high << 32) | ts_low, comments or None)
     return data[:offset] + block + data[offset + total :]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from proxy.capture.blocks import PcapNgBlocks
 from proxy.capture.header import (
     CAPTURE_FORMAT,
     GroupSettings,
@@ -12,7 +13,7 @@ from proxy.capture.header import (
     encode_section_header,
 )
 from proxy.capture.reader import read_capture
-from proxy.capture.writer import CaptureWriter, _PcapNgBlocks
+from proxy.capture.writer import CaptureWriter
 
 SETTINGS = GroupSettings.from_configs(
     {
@@ -56,7 +57,7 @@ def test_old_captures_without_settings_read_as_none(tmp_path: Path) -> None:
         "policy": "p",
     }
     with path.open("wb") as handle:
-        handle.write(_PcapNgBlocks(handle).header_blocks(json.dumps(old)))
+        handle.write(PcapNgBlocks(handle).header_blocks(json.dumps(old)))
     capture = read_capture(path)
     assert capture.group_settings is None and capture.damage is None
     assert capture.header["upstream"] == "b:1"

@@ -1,0 +1,523 @@
+"""Kafka frames -> synthesized TCP packets in pcapng blocks (the capture writer process's work).
+
+Each proxied connection appears twice: on interface `client` (what the client sent and got) and
+on interface `upstream` (what the broker saw). Kafka frames travel in TCP segments with
+consistent seq/ack per direction and valid checksums; each frame has its own JSON packet comment
+(design section 3) on the packet where it starts. Frames of one connection and direction that the
+proxy relayed back to back share a packet, one comment per frame in frame order (a pipelining
+client would otherwise cost a packet per frame); a frame over 65,000 bytes spans several packets.
+A SYN/SYN-ACK/ACK opens each stream (its comment: `{"conn", "event": "open", "client",
+"upstream"}`) and FIN/ACK closes it (`{"conn", "event": "close", "reason"}`), so Wireshark follows
+and reassembles the streams and its Kafka dissector decodes them (the server side uses port 9092).
+SASL frames keep their header; the body is left out and its length is in `redacted_body_bytes`.
+Header-only frames (record scope group: every frame outside the scope) get packets of their own
+whose TCP/IP headers carry the frame's original length while the pcapng block holds only the
+frame's size prefix and fixed header fields (captured length < original length, as a capture
+with a snap length has it; Wireshark shows the frame truncated); the comment's
+`omitted_body_bytes` says how much is left out. A header-only frame larger than a packet spans
+several packets of which only the first holds any of its bytes.
+
+scapy 2.8's `RawPcapNgWriter` names interfaces and writes per-packet comments, but writes no
+section-header options, only microsecond float timestamps, and always an unnamed interface 0.
+`PcapNgBlocks` subclasses it for its block framing (`build_block`) and adds those three things.
+scapy also builds each stream's Ethernet/IPv4/TCP header once; per packet only lengths, seq/ack
+and checksums are patched in, because building a scapy packet per frame would cost the proxy
+hundreds of microseconds of the GIL per frame.
+
+`Synthesizer` turns the proxy's marshalled record batches into those blocks; it runs in the
+writer process that `proxy.capture.writer.CaptureWriter` starts.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import struct
+from typing import Any
+
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+
+from proxy import layouts
+from proxy.capture import KAFKA_PORT
+from proxy.capture.blocks import EPB_HEAD, LEGS, OPT_END, PADS, PcapNgBlocks, tool_version
+from proxy.capture.header import (
+    close_comment,
+    frame_comment,
+    frame_comment_head,
+    frame_comment_tail,
+    header_only_comment,
+    open_comment,
+)
+from proxy.layouts import (
+    R_API_KEY,
+    R_API_VERSION,
+    R_CLIENT_PAYLOAD,
+    R_CONN,
+    R_DIRECTION,
+    R_UPSTREAM_API_VERSION,
+    R_UPSTREAM_PAYLOAD,
+    REQUEST_HEADS,
+    RESPONSE_HEADS,
+    Record,
+)
+from proxy.wire import ApiKey, FrameError, peek_request_header, response_header_size
+
+MAX_SEGMENT = 65_000  # TCP payload per synthesized packet (IPv4 total length is 16 bits)
+SASL_API_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_FLAG_SYN, _FLAG_ACK, _FLAG_PSH, _FLAG_FIN = 0x02, 0x10, 0x08, 0x01
+
+
+Buffer = bytes | memoryview  # a packet payload: bytes, or a slice of a big frame without a copy
+_HEADER = struct.Struct(">12sHBBHHHBBH4s4sHHIIBBHHH")  # Ethernet, IPv4 (no options), TCP (no options)
+EPB_PACKET_AT = EPB_HEAD.size  # where the packet data starts in an Enhanced Packet Block
+_OPTION_HEAD = struct.Struct("<HH")
+_SIZE_PREFIX = struct.Struct(">i")
+_WORDS = struct.Struct(">HH")
+
+
+def payload_sum(payload: Buffer) -> int:
+    """The RFC 1071 word sum of a payload modulo 0xFFFF, in C-level big-int operations.
+
+    The bytes are read as one little-endian integer (no padding needed for an odd length, and
+    faster than big-endian); since 2**16 == 1 (mod 0xFFFF) the sum of its 16-bit words is the
+    integer itself modulo 0xFFFF. Large payloads are folded (low half + high half, at multiples of
+    16 bits) before the one small division: a big-int division costs twice the conversion.
+    Little-endian words are the byte-swapped big-endian ones, and swapping is a multiplication
+    by 2**8 modulo 0xFFFF (RFC 1071's byte-order independence).
+    """
+    value = int.from_bytes(payload, "little")
+    bits = len(payload) * 8
+    while bits > 4096:
+        half = ((bits + 31) // 32) * 16
+        value = (value & _low_mask(half)) + (value >> half)
+        bits = half + 1
+    return (value << 8) % 0xFFFF
+
+
+@functools.lru_cache(maxsize=512)
+def _low_mask(bits: int) -> int:
+    return (1 << bits) - 1
+
+
+class _Side:
+    """One direction of a synthesized TCP connection, from a scapy-built header template.
+
+    Per packet only the IP total length, TCP seq/ack/flags and both checksums change. The RFC 1071
+    sum is linear modulo 0xFFFF, so the template's constant words are summed once here and each
+    packet adds only its own variable words and its payload (one big-int reduction in C).
+    """
+
+    __slots__ = ("dport", "dst", "ip_constant", "macs", "sport", "src", "tcp_constant")
+
+    def __init__(self, template: bytes) -> None:
+        self.macs = template[0:12]
+        self.src = template[26:30]
+        self.dst = template[30:34]
+        self.sport, self.dport = _WORDS.unpack_from(template, 34)
+        addresses = sum(_WORDS.unpack(self.src)) + sum(_WORDS.unpack(self.dst))
+        self.ip_constant = 0x4500 + 0x4000 + 0x4006 + addresses  # ver/ihl, DF, ttl 64 / proto 6
+        self.tcp_constant = addresses + 6 + self.sport + self.dport + 0xFFFF  # pseudo proto, window
+
+    def header(self, flags: int, seq: int, ack: int, length: int, body: int) -> bytes:
+        """`body`: the payload's word sum modulo 0xFFFF (`payload_sum`)."""
+        ip_sum = (self.ip_constant + 40 + length) % 0xFFFF
+        tcp_sum = (self.tcp_constant + 20 + length + seq + ack + (0x5000 | flags) + body) % 0xFFFF
+        return _HEADER.pack(
+            self.macs, 0x0800,
+            0x45, 0, 40 + length, 0, 0x4000, 64, 6, 0xFFFF - (ip_sum or 0xFFFF), self.src, self.dst,
+            self.sport, self.dport, seq, ack, 0x50, flags, 0xFFFF, 0xFFFF - (tcp_sum or 0xFFFF), 0,
+        )  # fmt: skip
+
+
+class _Stream:
+    """One synthesized TCP connection: both directions and the next seq of each side."""
+
+    __slots__ = ("client_seq", "server_seq", "to_client", "to_server")
+
+    def __init__(self, to_server: bytes, to_client: bytes) -> None:
+        self.to_server = _Side(to_server)
+        self.to_client = _Side(to_client)
+        self.client_seq = 1
+        self.server_seq = 1
+
+    def packet(
+        self, to_server: bool, flags: int, payload: bytes | memoryview, body: int | None = None
+    ) -> bytes:
+        """A packet carrying `payload`; `body` is its `payload_sum` when already known."""
+        if body is None:
+            body = payload_sum(payload)
+        return self.header(to_server, flags, len(payload), body) + payload
+
+    def header(self, to_server: bool, flags: int, length: int, body: int) -> bytes:
+        """The headers of the next packet (its payload of `length` bytes sums to `body`)."""
+        if to_server:
+            seq, ack, side = self.client_seq, self.server_seq, self.to_server
+        else:
+            seq, ack, side = self.server_seq, self.client_seq, self.to_client
+        header = side.header(flags, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, length, body)
+        advance = length + (1 if flags & (_FLAG_SYN | _FLAG_FIN) else 0)
+        if to_server:
+            self.client_seq += advance
+        else:
+            self.server_seq += advance
+        return header
+
+
+def _template(src_mac: str, dst_mac: str, src: tuple[str, int], dst: tuple[str, int]) -> bytes:
+    packet = (
+        Ether(src=src_mac, dst=dst_mac)
+        / IP(src=src[0], dst=dst[0], ttl=64, flags="DF", id=0)
+        / TCP(sport=src[1], dport=dst[1], flags="A", window=65535, seq=0, ack=0)
+    )
+    return bytes(packet)
+
+
+def _client_endpoint(conn: int, leg_index: int) -> tuple[str, int]:
+    return (f"10.{1 + leg_index * 2}.{(conn >> 8) & 0xFF}.{conn & 0xFF}", 40000 + (conn >> 16) % 20000)
+
+
+def _redact(record: Record, payload: bytes, direction: str) -> tuple[bytes, int | None]:
+    """SASL bodies are replaced by their length (credentials are never written)."""
+    if record.api_key not in SASL_API_KEYS:
+        return payload, None
+    try:
+        if direction == "request":
+            header_size = peek_request_header(payload).header_size
+        else:
+            header_size = response_header_size(payload, record.api_key, record.api_version)
+    except FrameError:
+        header_size = min(len(payload), 4)
+    return payload[:header_size], len(payload) - header_size
+
+
+class Synthesizer:
+    """Records -> pcapng bytes. Runs in the writer process (`_writer_process_main`)."""
+
+    def __init__(self) -> None:
+        self._blocks = PcapNgBlocks(io.BytesIO())
+        self._streams: dict[tuple[int, int], _Stream] = {}
+        self._brokers: dict[str, int] = {}
+        self._json_cache: dict[str | None, str] = {}
+        self._comment_heads: dict[tuple[Any, ...], str] = {}
+        self.written_bytes = 0
+        self.error: BaseException | None = None
+
+    def batch(self, batch: list[tuple[Any, ...]]) -> list[Buffer]:
+        """One marshalled batch from the proxy: frames as plain `Record` tuples, events tagged."""
+        out: list[Buffer] = []
+        run: list[tuple[Any, ...]] = []
+        for entry in batch:
+            if type(entry[R_CONN]) is int:  # a frame: a Record as a plain tuple (else an event)
+                if run and (run[0][R_CONN] != entry[R_CONN] or run[0][R_DIRECTION] != entry[R_DIRECTION]):
+                    self._flush_tuples(run, out)
+                run.append(entry)
+                continue
+            self._flush_tuples(run, out)
+            try:
+                self._write(entry, out)
+            except Exception as exc:  # keep recording the rest; remember the first failure
+                self.error = self.error or exc
+        self._flush_tuples(run, out)
+        return out
+
+    def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
+        """The common run (nothing rewritten, no SASL, every frame fits a packet) takes
+        `_write_plain_run`; anything else the general `_write_run`."""
+        if not run:
+            return
+        plain = True
+        for entry in run:
+            if (
+                entry[R_CLIENT_PAYLOAD] is not entry[R_UPSTREAM_PAYLOAD]
+                or entry[R_API_VERSION] != entry[R_UPSTREAM_API_VERSION]
+                or entry[R_API_KEY] in SASL_API_KEYS
+            ):
+                plain = False
+                break
+            if len(entry[R_CLIENT_PAYLOAD]) > MAX_SEGMENT - 4:
+                plain = False
+                break
+        try:
+            if plain:
+                self._write_plain_run(run, out)
+            else:
+                self._write_run([Record._make(entry) for entry in run], out)
+        except Exception as exc:  # keep recording the rest; remember the first failure
+            self.error = self.error or exc
+        run.clear()
+
+    def _write_plain_run(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
+        """`_write_run` for frames both legs saw alike: one set of packets, two streams.
+
+        Per frame only the correlation id and timestamp are formatted into its comment; the rest
+        of the comment is cached per (conn, direction, api_key, api_version, client_id, group_id).
+        The comment codec is `proxy.capture.header` (`frame_comment_head`/`_tail`).
+        """
+        conn, direction = run[0][0], run[0][1]
+        heads = self._comment_heads
+        segments: list[tuple[bytes, bytes, int, int]] = []
+        parts: list[bytes] = []
+        options: list[bytes] = []
+        size = 0
+        first_ts = 0
+        total = 0
+        pack_size = _SIZE_PREFIX.pack
+        pack_option = _OPTION_HEAD.pack
+        tail = frame_comment_tail
+        for _, _, ts_ns, api_key, api_version, _, correlation_id, client_id, group_id, payload, _ in run:
+            key = (conn, direction, api_key, api_version, client_id, group_id)
+            head = heads.get(key)
+            if head is None:
+                head = frame_comment_head(
+                    conn, direction, api_key, api_version, self._json(client_id), self._json(group_id)
+                )
+                if len(heads) < 10_000:
+                    heads[key] = head
+            comment = (head + tail(correlation_id, ts_ns)).encode()
+            length = 4 + len(payload)
+            if size + length > MAX_SEGMENT:
+                data = b"".join(parts)
+                options.append(OPT_END)
+                segments.append((data, b"".join(options), payload_sum(data), first_ts))
+                parts, options, size = [], [], 0
+            if not parts:
+                first_ts = ts_ns
+            parts += (pack_size(len(payload)), payload)
+            options += (pack_option(1, len(comment)), comment, PADS[len(comment) & 3])
+            size += length
+            total += len(payload)
+        if parts:
+            data = b"".join(parts)
+            options.append(OPT_END)
+            segments.append((data, b"".join(options), payload_sum(data), first_ts))
+        to_server = direction == "request"
+        block = self._blocks.packet_block_with_options
+        for leg in (0, 1):
+            stream = self._stream(conn, leg)
+            for data, packet_options, body, ts_ns in segments:
+                out.append(
+                    block(
+                        stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, data, body),
+                        leg,
+                        ts_ns,
+                        packet_options,
+                    )
+                )
+        self.written_bytes += total
+
+    def _write_headers(
+        self, conn: int, ts_ns: int, direction: str, client_id: str | None, heads: bytes, out: list[Buffer]
+    ) -> None:
+        """A run of header-only frames (`layouts.HEADERS`), each in packets of its own."""
+        del client_id  # header-only comments leave it out (header_only_comment)
+        if direction == "request":
+            for size, api_key, api_version, correlation_id in REQUEST_HEADS.iter_unpack(heads):
+                fixed = REQUEST_HEADS.pack(size, api_key, api_version, correlation_id)[4:]
+                self._write_header_only(
+                    conn, direction, ts_ns, api_key, api_version, api_version, correlation_id,
+                    fixed, size, out,
+                )  # fmt: skip
+        else:
+            for size, correlation_id, api_key, api_version, upstream_version in RESPONSE_HEADS.iter_unpack(
+                heads
+            ):
+                self._write_header_only(
+                    conn, direction, ts_ns, api_key, api_version, upstream_version, correlation_id,
+                    correlation_id.to_bytes(4, "big", signed=True), size, out,
+                )  # fmt: skip
+
+    def _write_header_only(
+        self,
+        conn: int,
+        direction: str,
+        ts_ns: int,
+        api_key: int,
+        api_version: int,
+        upstream_version: int,
+        correlation_id: int,
+        fixed: bytes,
+        size: int,
+        out: list[Buffer],
+    ) -> None:
+        """A frame recorded as its header: packets that keep its original length on both legs,
+        the first holding the size prefix and the fixed header fields, any others nothing."""
+        omitted = max(0, size - len(fixed))
+        data = _SIZE_PREFIX.pack(size) + fixed[:size]
+        body = payload_sum(data)
+        total = 4 + size
+        to_server = direction == "request"
+        block = self._blocks.packet_block
+        comment = header_only_comment(conn, direction, api_key, api_version, correlation_id, ts_ns, omitted)
+        for leg in (0, 1):
+            stream = self._stream(conn, leg)
+            if leg == 1 and upstream_version != api_version:
+                comment = header_only_comment(
+                    conn, direction, api_key, upstream_version, correlation_id, ts_ns, omitted
+                )
+            first = min(total, MAX_SEGMENT)
+            header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, first, body)
+            out.append(block(header + data, leg, ts_ns, comment, original_length=len(header) + first))
+            remaining = total - first
+            while remaining > 0:
+                piece = min(remaining, MAX_SEGMENT)
+                header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, piece, 0)
+                out.append(block(header, leg, ts_ns, None, original_length=len(header) + piece))
+                remaining -= piece
+        self.written_bytes += len(data) - 4
+
+    def _stream(self, conn: int, leg: int, upstream: str | None = None) -> _Stream:
+        key = (conn, leg)
+        stream = self._streams.get(key)
+        if stream is None:
+            client = _client_endpoint(conn, leg)
+            if leg == 0:
+                server = ("10.0.0.1", KAFKA_PORT)
+            else:
+                index = self._brokers.setdefault(upstream or "?", len(self._brokers) + 1)
+                server = (f"10.4.{(index >> 8) & 0xFF}.{index & 0xFF}", KAFKA_PORT)
+            client_mac, server_mac = "02:00:00:00:00:01", "02:00:00:00:00:02"
+            stream = _Stream(
+                _template(client_mac, server_mac, client, server),
+                _template(server_mac, client_mac, server, client),
+            )
+            self._streams[key] = stream
+        return stream
+
+    def _write(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
+        blocks = self._blocks
+        match entry:
+            case (layouts.OPEN, conn, ts_ns, client, upstream):
+                for leg in (0, 1):
+                    stream = self._stream(conn, leg, upstream)
+                    comment = open_comment(conn, client, upstream)
+                    syn = stream.packet(True, _FLAG_SYN, b"")
+                    synack = stream.packet(False, _FLAG_SYN | _FLAG_ACK, b"")
+                    ack = stream.packet(True, _FLAG_ACK, b"")
+                    out.append(blocks.packet_block(syn, leg, ts_ns, comment))
+                    out.append(blocks.packet_block(synack, leg, ts_ns, None))
+                    out.append(blocks.packet_block(ack, leg, ts_ns, None))
+            case (layouts.HEADERS, conn, ts_ns, direction, client_id, heads):
+                self._write_headers(conn, ts_ns, direction, client_id, heads, out)
+            case (layouts.CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes):
+                comment = close_comment(conn, reason, client_bytes, upstream_bytes)
+                for leg in (0, 1):
+                    closing = self._streams.pop((conn, leg), None)
+                    if closing is None:
+                        continue
+                    out.append(
+                        blocks.packet_block(
+                            closing.packet(True, _FLAG_FIN | _FLAG_ACK, b""), leg, ts_ns, comment
+                        )
+                    )
+                    out.append(
+                        blocks.packet_block(
+                            closing.packet(False, _FLAG_FIN | _FLAG_ACK, b""), leg, ts_ns, None
+                        )
+                    )
+                    out.append(blocks.packet_block(closing.packet(True, _FLAG_ACK, b""), leg, ts_ns, None))
+
+    def _json(self, text: str | None) -> str:
+        cached = self._json_cache.get(text)
+        if cached is None:
+            cached = json.dumps(text)
+            if len(self._json_cache) < 10_000:
+                self._json_cache[text] = cached
+        return cached
+
+    def _comment(self, record: Record, api_version: int, redacted: int | None) -> bytes:
+        return frame_comment(
+            record.conn,
+            record.direction,
+            record.api_key,
+            api_version,
+            record.correlation_id,
+            self._json(record.client_id),
+            self._json(record.group_id),
+            record.ts_ns,
+            record.rewritten,
+            redacted,
+        )
+
+    def _segments(
+        self, run: list[Record], leg: int
+    ) -> list[tuple[bytes | memoryview, list[bytes], int, int]]:
+        """(payload, comments, payload sum, ts_ns) per packet for one leg of a run of frames.
+
+        Consecutive frames of one connection and direction share a packet (up to MAX_SEGMENT
+        bytes), each with its own JSON comment, in order; a larger frame spans several packets
+        and its comment rides on the first.
+        """
+        segments: list[tuple[Buffer, list[bytes], int, int]] = []
+        parts: list[bytes] = []
+        comments: list[bytes] = []
+        size = 0
+        first_ts = 0
+
+        def flush() -> None:
+            nonlocal parts, comments, size
+            if parts:
+                data = b"".join(parts)
+                segments.append((data, comments, payload_sum(data), first_ts))
+            parts, comments, size = [], [], 0
+
+        for record in run:
+            payload = record.client_payload if leg == 0 else record.upstream_payload
+            api_version = record.api_version if leg == 0 else record.upstream_api_version
+            redacted = None
+            if record.api_key in SASL_API_KEYS:
+                payload, redacted = _redact(record, payload, record.direction)
+            comment = self._comment(record, api_version, redacted)
+            length = 4 + len(payload)
+            if size + length > MAX_SEGMENT:
+                flush()
+            if length > MAX_SEGMENT:
+                data = memoryview(struct.pack(">i", len(payload)) + payload)  # pieces without copies
+                first: list[bytes] = [comment]
+                for start in range(0, length, MAX_SEGMENT):
+                    piece = data[start : start + MAX_SEGMENT]
+                    segments.append((piece, first, payload_sum(piece), record.ts_ns))
+                    first = []
+                continue
+            if not parts:
+                first_ts = record.ts_ns
+            parts += (struct.pack(">i", len(payload)), payload)
+            comments.append(comment)
+            size += length
+        flush()
+        return segments
+
+    def _write_run(self, run: list[Record], out: list[Buffer]) -> None:
+        to_server = run[0].direction == "request"
+        conn = run[0].conn
+        packet_block = self._blocks.packet_block
+        identical = all(
+            r.client_payload is r.upstream_payload and r.api_version == r.upstream_api_version for r in run
+        )
+        shared = self._segments(run, 0) if identical else None
+        for leg in (0, 1):
+            stream = self._stream(conn, leg)
+            segments = shared if shared is not None else self._segments(run, leg)
+            for data, comments, body, ts_ns in segments:
+                if len(data) < 4096:
+                    packet = stream.packet(to_server, _FLAG_PSH | _FLAG_ACK, data, body)
+                    out.append(packet_block(packet, leg, ts_ns, comments or None))
+                    continue
+                # A big segment: its block goes out in parts (written with writelines, not copied).
+                header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, len(data), body)
+                block = packet_block(header, leg, ts_ns, comments or None, len(data))
+                out += (block[: EPB_PACKET_AT + len(header)], data, block[EPB_PACKET_AT + len(header) :])
+        self.written_bytes += sum(len(r.client_payload) for r in run)
+
+
+__all__ = [
+    "LEGS",
+    "MAX_SEGMENT",
+    "SASL_API_KEYS",
+    "Buffer",
+    "PcapNgBlocks",
+    "Synthesizer",
+    "payload_sum",
+    "tool_version",
+]
