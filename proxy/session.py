@@ -23,11 +23,21 @@ frame-by-frame path, which emits the same commands (a property test checks this)
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 from proxy.addressing import ADDRESS_API_KEYS, AddressRewriter
+from proxy.commands import (
+    Close,
+    Closed,
+    Command,
+    Opened,
+    PassThrough,
+    ProtocolViolation,
+    RewritePolicy,
+    SendClient,
+    SendUpstream,
+)
+from proxy.counts import ApiCounts
+from proxy.direction import DEFAULT_MAX_BUFFERED_BYTES, BudgetExceeded, BufferBudget, Direction
 from proxy.layouts import (
     HEADERS,
     P_API_KEY,
@@ -42,6 +52,7 @@ from proxy.layouts import (
     Record,
     new_record,
 )
+from proxy.raw_sasl import _RAW_SASL_TOKEN, RawSaslTokens
 from proxy.wire import (
     DEFAULT_MAX_FRAME_BYTES,
     GROUP_API_KEYS,
@@ -54,7 +65,6 @@ from proxy.wire import (
     CorrelationTable,
     FrameError,
     PendingRequest,
-    RequestHeaderInfo,
     api_name,
     decode_request_body,
     peek_correlation_id,
@@ -66,387 +76,21 @@ from proxy.wire import (
 )
 
 # ---------------------------------------------------------------------------------------------
-# The rewrite hook
+# Frame layouts the relay reads without decoding
 
-
-class RewritePolicy(Protocol):
-    """What `proxy.rewrite` plugs into a session. Frames are the bytes after the size prefix.
-
-    `wants_request`/`wants_response` are asked from the header alone so that frames no policy
-    touches stay on the fast path. `on_request` may re-encode to another api_version (the session
-    reads the version the broker will see from the returned frame); `on_response` must return the
-    response in the version the client asked for (`request.api_version`).
-    """
-
-    name: str
-
-    def wants_request(self, api_key: int, api_version: int) -> bool: ...
-
-    def on_request(self, header: RequestHeaderInfo, request_frame: bytes) -> bytes: ...
-
-    def wants_response(self, request: PendingRequest) -> bool: ...
-
-    def on_response(self, request: PendingRequest, response_frame: bytes) -> bytes: ...
-
-
-class PassThrough:
-    """The default policy: touches nothing."""
-
-    name = "pass-through"
-
-    def wants_request(self, api_key: int, api_version: int) -> bool:
-        return False
-
-    def on_request(self, header: RequestHeaderInfo, request_frame: bytes) -> bytes:
-        return request_frame
-
-    def wants_response(self, request: PendingRequest) -> bool:
-        return False
-
-    def on_response(self, request: PendingRequest, response_frame: bytes) -> bytes:
-        return response_frame
-
-
-# ---------------------------------------------------------------------------------------------
-# Commands
-
-
-@dataclass(frozen=True, slots=True)
-class SendUpstream:
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SendClient:
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Opened:
-    """The connection opened (recorded as the capture's SYN with its comment)."""
-
-    conn: int
-    ts_ns: int
-    client: str
-    upstream: str
-
-
-@dataclass(frozen=True, slots=True)
-class Closed:
-    """The connection ended, for `reason` (recorded as the capture's FIN with its comment)."""
-
-    conn: int
-    ts_ns: int
-    reason: str
-    client_bytes: int = 0  # what each side sent over the whole connection
-    upstream_bytes: int = 0
-
-
-# (HEADERS, conn, ts_ns, direction, client_id, heads): header-only frames (proxy.layouts.HEADERS)
-HeaderRun = tuple[str, int, int, str, str | None, bytes]
-Command = SendUpstream | SendClient | Record | Close | Opened | Closed | HeaderRun
-
-
-class ProtocolViolation(Exception):
-    """Input that cannot be Kafka; the connection it arrived on is closed with this reason."""
-
-
-# ---------------------------------------------------------------------------------------------
-# One direction of a connection
-
-Classify = Callable[[bytes | bytearray, int, int], tuple[bool, bool]]
-Finish = Callable[[bytes], bytes | None]
-Scan = Callable[[bytes, int, int], int]
-_SIZE = struct.Struct(">i")
 _REQUEST_HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _RESPONSE_HEAD = struct.Struct(">ii")  # size, correlation_id
 _RECORDED_REQUEST_HEAD = struct.Struct(">ihhih")  # ... and the client_id length
+_JOIN_GROUP = int(ApiKey.JOIN_GROUP)
 # Requests the relay never decodes: paired by correlation id and forwarded, nothing more.
 OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS - {ApiKey.SASL_HANDSHAKE}
-# A raw SASL token in the correlation table (it has no correlation id; its answer has none).
-_RAW_SASL_TOKEN: tuple[int, int, int, None, int, None, int] = (-1, 0, -1, None, 0, None, 0)
-# Client tokens per mechanism when the count is fixed (RFC 4616 PLAIN: one; RFC 5802 SCRAM: two;
-# RFC 7628 OAUTHBEARER: one on success). Others: until a frame parses as a Kafka request.
-_RAW_SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER": 1}
-
-
-DEFAULT_MAX_BUFFERED_BYTES = 256 << 20  # all connections' partial frames together
-
-
-class BufferBudget:
-    """Bytes of partial frames held by all sessions of one proxy, and their cap (issue 18
-    defect 5): a frame that would take the total past `limit_bytes` closes its connection, and a
-    closed connection gives its bytes back."""
-
-    __slots__ = ("limit_bytes", "used_bytes")
-
-    def __init__(self, limit_bytes: int = DEFAULT_MAX_BUFFERED_BYTES) -> None:
-        self.limit_bytes = limit_bytes
-        self.used_bytes = 0
-
-
-class BudgetExceeded(FrameError):
-    """Holding this frame would take the proxy past its buffer budget."""
-
-
-class _Direction:
-    """Splits one direction's byte stream into frames, forwarding what it need not hold.
-
-    `classify(source, offset, size)` is called once the first `head_bytes` of a frame (all of it,
-    when shorter) are available at `source[offset:]`; it returns (keep, hold): keep the whole frame
-    for `finish`, and hold it back from the other side until `finish` returns its replacement
-    (hold implies keep). `finish(frame)` gets the frame without its size prefix.
-
-    A frame that lies wholly inside one input chunk and is not kept costs one struct unpack and one
-    classify call: nothing is buffered or copied, and the chunk is forwarded as it came.
-
-    `scan(data, pos, n)`, when given, runs first wherever a new frame starts inside a chunk: it
-    consumes a run of whole frames that need nothing but bookkeeping (one unpack and a deque
-    operation each, no call per frame) and returns where it stopped; the frame there (if any)
-    takes the general path.
-    """
-
-    __slots__ = (
-        "_accounted", "_buf", "_classify", "_finish", "_head_bytes", "_hold", "_keep", "_max", "_remaining",
-        "budget", "scan",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        head_bytes: int,
-        max_frame_bytes: int,
-        classify: Classify,
-        finish: Finish,
-        scan: Scan | None = None,
-    ) -> None:
-        self.scan = scan
-        self._head_bytes = head_bytes
-        self._max = max_frame_bytes
-        self._classify = classify
-        self._finish = finish
-        self._buf = bytearray()  # prefix + head of an undecided frame, or a kept frame so far
-        self._remaining = 0  # body bytes of a decided frame still to come
-        self._keep = False
-        self._hold = False
-        self.budget: BufferBudget | None = None
-        self._accounted = 0  # bytes of _buf counted in the budget
-
-    def _account(self) -> None:
-        """Brings the budget up to date with this direction's buffer after a read."""
-        budget = self.budget
-        assert budget is not None
-        size = len(self._buf)
-        delta = size - self._accounted
-        self._accounted = size
-        budget.used_bytes += delta
-        if delta > 0 and budget.used_bytes > budget.limit_bytes:
-            raise BudgetExceeded(
-                f"holding this partial frame would take the proxy's buffered bytes past its budget "
-                f"of {budget.limit_bytes} bytes (--max-buffered-bytes)"
-            )
-        if size == 0 and delta < -(1 << 20):
-            self._buf = bytearray()  # give a big frame's memory back
-
-    def release(self) -> None:
-        """The connection is gone: its partial frame's bytes go back to the budget."""
-        if self.budget is not None:
-            self.budget.used_bytes -= self._accounted
-        self._accounted = 0
-        self._buf = bytearray()
-
-    @property
-    def buffered(self) -> int:
-        """Bytes held back that do not yet make a whole frame."""
-        return len(self._buf)
-
-    def _check_size(self, size: int) -> None:
-        if size < 0:
-            raise FrameError(f"negative frame size {size}")
-        raise FrameError(f"frame size {size} exceeds the maximum of {self._max} bytes")
-
-    def _complete(self, out: list[bytes]) -> None:
-        buf = self._buf
-        if self._keep:
-            payload = bytes(memoryview(buf)[4:])
-            replacement = self._finish(payload)
-            if self._hold:
-                out.append(_SIZE.pack(len(replacement or payload)) + (replacement or payload))
-        del buf[:]
-        self._keep = self._hold = False
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """The byte strings to forward, in order. Raises FrameError or ProtocolViolation."""
-        if self.budget is None:
-            return self._feed(data)
-        try:
-            return self._feed(data)
-        finally:
-            self._account()
-
-    def _feed(self, data: bytes) -> list[bytes]:
-        out: list[bytes] = []
-        buf = self._buf
-        n = len(data)
-        pos = 0
-        fwd: int | None = None if (self._remaining and self._hold) else 0
-        frame_start = 0  # where the current frame's bytes start within data
-        carried = 0 if self._remaining else len(buf)  # undecided header bytes from earlier chunks
-        head_bytes = self._head_bytes
-        maximum = self._max
-        classify = self._classify
-        scan = self.scan
-        unpack = _SIZE.unpack_from
-        while pos < n:
-            if self._remaining:
-                take = self._remaining if self._remaining < n - pos else n - pos
-                if self._keep:
-                    buf += data[pos : pos + take]
-                pos += take
-                self._remaining -= take
-                if self._remaining:
-                    break
-                self._complete(out)
-                if fwd is None:
-                    fwd = pos
-                continue
-            if not buf:
-                if scan is not None:
-                    pos = scan(data, pos, n)
-                    if pos >= n:
-                        break
-                frame_start = pos
-                carried = 0
-                if n - pos >= 4:
-                    # Fast path: the size prefix and head are in this chunk; read them in place.
-                    (size,) = unpack(data, pos)
-                    if size < 0 or size > maximum:
-                        self._check_size(size)
-                    head_len = size if size < head_bytes else head_bytes
-                    if n - pos - 4 >= head_len:
-                        keep, hold = classify(data, pos + 4, size)
-                        if not keep:
-                            if n - pos - 4 >= size:
-                                pos += 4 + size  # an opaque frame wholly in this chunk
-                            else:
-                                self._remaining = size - (n - pos - 4)
-                                pos = n
-                            continue
-                        keep = True
-                        self._keep, self._hold = keep, hold
-                        if hold:
-                            if fwd is not None and pos > fwd:
-                                out.append(data[fwd:pos])
-                            fwd = None
-                        if n - pos - 4 >= size:
-                            # Kept and whole in this chunk: one slice is the only copy.
-                            payload = data[pos + 4 : pos + 4 + size]
-                            replacement = self._finish(payload)
-                            if hold:
-                                kept = payload if replacement is None else replacement
-                                out.append(_SIZE.pack(len(kept)) + kept)
-                            self._keep = self._hold = False
-                            pos += 4 + size
-                            if fwd is None:
-                                fwd = pos
-                        else:
-                            buf += data[pos:]
-                            self._remaining = size - (n - pos - 4)
-                            pos = n
-                        continue
-            # Slow path: the prefix or head straddles chunks; gather it in buf.
-            have = len(buf)
-            if have < 4:
-                take = min(4 - have, n - pos)
-                buf += data[pos : pos + take]
-                pos += take
-                if len(buf) < 4:
-                    break
-            (size,) = unpack(buf, 0)
-            if size < 0 or size > maximum:
-                self._check_size(size)
-            head_len = size if size < head_bytes else head_bytes
-            missing = 4 + head_len - len(buf)
-            if missing > 0:
-                take = min(missing, n - pos)
-                buf += data[pos : pos + take]
-                pos += take
-                if take < missing:
-                    break
-            keep, hold = classify(buf, 4, size)
-            keep = keep or hold
-            self._keep, self._hold = keep, hold
-            if hold:
-                if fwd is not None and frame_start > fwd:
-                    out.append(data[fwd:frame_start])
-                fwd = None
-            elif carried:
-                # This frame began in an earlier chunk: forward that part before this chunk's bytes.
-                out.append(bytes(buf[:carried]))
-                carried = 0
-            if not keep:
-                del buf[:]
-            self._remaining = size - head_len
-            if not self._remaining:
-                self._complete(out)
-                if fwd is None:
-                    fwd = pos
-        if fwd is not None:
-            # An undecided frame's bytes stay in buf until its head is complete.
-            end = frame_start if (buf and not self._remaining) else pos
-            if end > fwd:
-                out.append(data if (fwd == 0 and end == n) else data[fwd:end])
-        return out
 
 
 # ---------------------------------------------------------------------------------------------
 # The session
 
-API_KEY_SLOTS = 128  # Kafka's API keys are below this (kio knows up to 92); unknown ones never count
 
-
-_JOIN_GROUP = int(ApiKey.JOIN_GROUP)
-
-
-class ApiCounts:
-    """Frames and bytes per API key (list index) in each direction, for the proxy's metrics."""
-
-    __slots__ = ("join_responses", "latency_ns", "request_bytes", "requests", "response_bytes", "responses")
-
-    def __init__(self) -> None:
-        self.requests = [0] * API_KEY_SLOTS
-        self.request_bytes = [0] * API_KEY_SLOTS
-        self.responses = [0] * API_KEY_SLOTS
-        self.response_bytes = [0] * API_KEY_SLOTS
-        # Sum over answered requests of (response seen - request seen), as the proxy saw them.
-        self.latency_ns = [0] * API_KEY_SLOTS
-        # JoinGroup responses per group id: each is a member joining a rebalance ("rebalances seen").
-        self.join_responses: dict[str, int] = {}
-
-    def count_join(self, group_id: str | None) -> None:
-        key = group_id or ""
-        self.join_responses[key] = self.join_responses.get(key, 0) + 1
-
-    def add(self, other: ApiCounts) -> None:
-        for group, count in other.join_responses.items():
-            self.join_responses[group] = self.join_responses.get(group, 0) + count
-        for mine, theirs in (
-            (self.requests, other.requests),
-            (self.request_bytes, other.request_bytes),
-            (self.responses, other.responses),
-            (self.response_bytes, other.response_bytes),
-            (self.latency_ns, other.latency_ns),
-        ):
-            for index, value in enumerate(theirs):
-                if value:
-                    mine[index] += value
-
-
-class ProxySession:
+class ProxySession(RawSaslTokens):
     """Relays one client connection to its upstream broker.
 
     `record`: emit a `Record` for the frames of the APIs in `record_api_keys` (None: every frame;
@@ -499,10 +143,10 @@ class ProxySession:
         self._request_prefix = (0, 0, 0)
         self._response_for: PendingRequest | None = None
         self._response_policy = False
-        self._requests = _Direction(
+        self._requests = Direction(
             REQUEST_PREFIX_BYTES, max_frame_bytes, self._classify_request, self._finish_request
         )
-        self._responses = _Direction(4, max_frame_bytes, self._classify_response, self._finish_response)
+        self._responses = Direction(4, max_frame_bytes, self._classify_response, self._finish_response)
         if self._passthrough:
             # No policy: runs of opaque frames skip the per-frame calls (and, when recording, the
             # generic keep-and-finish path: each frame is sliced once into its Record).
@@ -536,7 +180,7 @@ class ProxySession:
 
     def _feed(
         self,
-        direction: _Direction,
+        direction: Direction,
         data: bytes,
         now_ns: int,
         send: type[SendUpstream] | type[SendClient],
@@ -671,7 +315,8 @@ class ProxySession:
         self.responses += before - len(pending)
         return pos
 
-    def _scan_recorded_requests(self, data: bytes, pos: int, n: int) -> int:
+    def _scan_recorded_requests(self, data: bytes, pos: int, n: int) -> int:  # noqa: C901 - measured
+        # hot-path loop (bench/proxy_overhead.py): every check inline, no call per frame
         """`_scan_requests` while recording: also reads the client id and emits each `Record`."""
         unpack = _RECORDED_REQUEST_HEAD.unpack_from
         header_version = request_header_version
@@ -801,7 +446,8 @@ class ProxySession:
         )
         return False, False
 
-    def _finish_request(self, payload: bytes) -> bytes | None:
+    def _finish_request(self, payload: bytes) -> bytes | None:  # noqa: C901 - one pass over a kept
+        # request: SASL, decode, group id, record and rewrite, in the order they depend on each other
         api_key, api_version, correlation_id = self._request_prefix
         group_id: str | None = None
         upstream_payload = payload
@@ -858,42 +504,6 @@ class ProxySession:
                 )
             )
         return upstream_payload
-
-    # -- SASL before KIP-152 ---------------------------------------------------------------------
-
-    def _sasl_handshake_answered(self, payload: bytes) -> None:
-        """A SaslHandshake v0 response: error_code 0 means raw tokens follow (header v0: 4 bytes)."""
-        if len(payload) < 6 or int.from_bytes(payload[4:6], "big", signed=True) != 0:
-            self._responses.scan = self._scans[1]
-            return
-        self._raw_sasl_tokens = _RAW_SASL_ROUNDS.get((self._sasl_mechanism or "").upper(), -1)
-        self._requests.scan = self._responses.scan = None
-
-    def _raw_sasl_token(self, source: bytes | bytearray, offset: int, size: int) -> bool:
-        """True when this frame is a raw SASL token (paired with the broker's raw answer)."""
-        tokens = self._raw_sasl_tokens
-        assert tokens is not None
-        if tokens < 0 and size >= REQUEST_PREFIX_BYTES:
-            # Unknown mechanism (GSSAPI, ...): its tokens never start like a Kafka request header.
-            api_key, api_version, _ = peek_request_prefix(source, offset)
-            if api_key in KNOWN_API_KEYS and 0 <= api_version < 100:
-                self._raw_sasl_done()
-                return False
-        self.table.pending.append(_RAW_SASL_TOKEN)
-        self.requests += 1
-        if tokens > 1:
-            self._raw_sasl_tokens = tokens - 1
-        elif tokens == 1:
-            self._raw_sasl_done()
-        return True
-
-    def _raw_sasl_done(self) -> None:
-        """No more raw client tokens: the fast paths come back (responses once the last raw
-        answer is in)."""
-        self._raw_sasl_tokens = None
-        self._requests.scan = self._scans[0]
-        if _RAW_SASL_TOKEN not in self.table.pending:
-            self._responses.scan = self._scans[1]
 
     # -- responses -----------------------------------------------------------------------------
 
