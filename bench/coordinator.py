@@ -72,7 +72,7 @@ class Result:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def run(members: int, static: bool, heartbeat_ms: int, bounce_gap_ms: int, session_ms: int) -> Result:
+def run(members: int, static: bool, heartbeat_ms: int, bounce_gap_ms: int, session_ms: int) -> Result:  # noqa: C901 - one bench scenario loop; timing code kept inline
     """The members are replay's own `ClassicMember`s (join, sync, heartbeat, the Java consumer's
     error reactions); only the time spent inside `handle`/`advance` counts as coordinator time."""
     coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=3000))

@@ -215,7 +215,7 @@ def _given(argv: list[str]) -> set[str]:
     return set(vars(quiet.parse_args(argv)))
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:  # noqa: C901 - the command's option checks in the order a user meets them, each with its exit code
     parser = _parser()
     args = parser.parse_args(argv)
     if args.config is not None:

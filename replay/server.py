@@ -404,7 +404,7 @@ class _Connection:
             budget -= len(data)
         return True
 
-    async def process(self, frame: bytes) -> bool:
+    async def process(self, frame: bytes) -> bool:  # noqa: C901 - one request's path: framing errors, parked requests, then per-API dispatch
         """Handle one request; False closes the connection (the reason is logged)."""
         try:
             header = peek_request_header(frame)

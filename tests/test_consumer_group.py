@@ -258,7 +258,7 @@ def test_java_hashes() -> None:
     st.sampled_from(["uniform", "range"]),
     st.integers(1, 9),
 )
-def test_invariants_under_any_sequence(ops: list[tuple[str, int]], assignor: str, partitions: int) -> None:
+def test_invariants_under_any_sequence(ops: list[tuple[str, int]], assignor: str, partitions: int) -> None:  # noqa: C901 - one interpreter over the random operations
     """No partition is owned by two members; a member's epoch never goes down while it stays; once
     every member has heartbeated to a fixed point, the group is Stable and owns every partition of
     every subscribed topic. Members subscribe to "t", "u" or both (by their number), so the uniform

@@ -69,7 +69,7 @@ def _tsresol(raw: bytes) -> int:
     return int(2**exponent if value & 0x80 else 10**exponent)
 
 
-def parse(data: bytes) -> tuple[Section, list[Packet], str | None]:
+def parse(data: bytes) -> tuple[Section, list[Packet], str | None]:  # noqa: C901 - one pass over pcapng's block kinds, each a branch
     """(section, packets, damage) where damage says where and why reading stopped early."""
     if len(data) < 12 or struct.unpack_from("<I", data, 0)[0] != SHB_TYPE:
         raise CaptureFormatError("not a pcapng file (no section header block)")
@@ -109,7 +109,7 @@ def parse(data: bytes) -> tuple[Section, list[Packet], str | None]:
     return section, packets, None
 
 
-def _block(
+def _block(  # noqa: C901 - one branch per pcapng block type and option, as the spec lists them
     data: bytes,
     offset: int,
     total: int,

@@ -158,7 +158,7 @@ class CaptureWriter:
 
     # -- the sender thread ----------------------------------------------------------------------
 
-    def _send(self) -> None:
+    def _send(self) -> None:  # noqa: C901 - the sender thread's one batching loop, state in locals
         get = self._queue.get
         get_nowait = self._queue.get_nowait
         stdin = self._process.stdin

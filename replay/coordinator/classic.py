@@ -34,7 +34,7 @@ from replay.coordinator.types import GroupEventKind, GroupState, KafkaBehaviour,
 
 class ClassicGroupManager(JoinGroupHandling):
     # --- SyncGroup ---------------------------------------------------------------------------
-    def sync_group(self, ctx: RequestContext, request: P.SyncGroup, group: ClassicGroup | None) -> None:
+    def sync_group(self, ctx: RequestContext, request: P.SyncGroup, group: ClassicGroup | None) -> None:  # noqa: C901 - follows Kafka's classicGroupSyncGroup branch by branch, to be read against it
         """GroupCoordinator.handleSyncGroup / doSyncGroup."""
         api_version = ctx.api_version
         group_id, generation_id, member_id, group_instance_id, protocol_type, protocol_name, _ = request
@@ -130,7 +130,7 @@ class ClassicGroupManager(JoinGroupHandling):
         self._respond(ctx, R.heartbeat(api_version, code))
 
     # --- LeaveGroup --------------------------------------------------------------------------
-    def leave_group(self, ctx: RequestContext, request: P.LeaveGroup, group: ClassicGroup | None) -> None:
+    def leave_group(self, ctx: RequestContext, request: P.LeaveGroup, group: ClassicGroup | None) -> None:  # noqa: C901 - follows Kafka's classicGroupLeave branch by branch
         """GroupCoordinator.handleLeaveGroup / GroupMetadataManager.classicGroupLeave."""
         api_version = ctx.api_version
         leaving = request.members

@@ -164,7 +164,7 @@ class JoinGroupHandling(Rebalancing):
                 protocols,
             )
 
-    def _join_current_member(
+    def _join_current_member(  # noqa: C901 - follows Kafka's classicGroupJoinExistingMember branch by branch
         self,
         ctx: RequestContext,
         group: ClassicGroup,

@@ -58,7 +58,7 @@ class OffsetMetadataManager:
         return bool(self.offsets.get(group_id))
 
     # --- OffsetCommit ------------------------------------------------------------------------
-    def commit_offset(self, ctx: RequestContext, request: P.OffsetCommit, group: ClassicGroup | None) -> None:
+    def commit_offset(self, ctx: RequestContext, request: P.OffsetCommit, group: ClassicGroup | None) -> None:  # noqa: C901 - Kafka's OffsetMetadataManager commit validation, one branch per check
         """GroupCoordinator.handleCommitOffsets / validateOffsetCommit / doCommitOffsets."""
         manager = self.groups
         api_version = ctx.api_version

@@ -105,7 +105,7 @@ def _homogeneous(members: Sequence[MemberSpec]) -> bool:
     return all(member.subscribed_topic_ids == first for member in members)
 
 
-def uniform(
+def uniform(  # noqa: C901 - follows Kafka's UniformHomogeneousAssignmentBuilder step by step
     members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int], homogeneous: bool | None = None
 ) -> GroupAssignment:
     """UniformAssignor.assign; `members` in Kafka's member-spec map order (see java_hash_order).
@@ -214,7 +214,7 @@ class _Heterogeneous:
         subscribers = len(self.subscribers[topic_id])
         return (-self.counts[topic_id] / subscribers, subscribers, _java_uuid_key(topic_id))
 
-    def build(self) -> GroupAssignment:
+    def build(self) -> GroupAssignment:  # noqa: C901 - follows Kafka's assignment builder's build() step by step
         if not self.subscribers:
             return {m.member_id: {} for m in self.members}
         # maybeRevokePartitions: keep what is still subscribed.

@@ -202,7 +202,7 @@ class ConsumerGroupCoordinator:
                 error_message=f"Failed to compute a new target assignment: {exc}",
             )
 
-    def _validate(self, request: HeartbeatRequest) -> None:
+    def _validate(self, request: HeartbeatRequest) -> None:  # noqa: C901 - Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid: one check per field
         """GroupCoordinatorService.throwIfConsumerGroupHeartbeatRequestIsInvalid."""
         invalid = ErrorCode.invalid_request
         if (
@@ -281,7 +281,7 @@ class ConsumerGroupCoordinator:
                     "partitions and rejoin.",
                 )
 
-    def _heartbeat(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:
+    def _heartbeat(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:  # noqa: C901 - follows Kafka's consumerGroupHeartbeat step by step, to be read against it
         create = request.member_epoch == 0
         group = self.groups.get(request.group_id)
         if group is None:

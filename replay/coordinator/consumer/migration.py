@@ -204,7 +204,7 @@ def supports_classic_protocols(group: ConsumerGroup, protocol_type: str, names: 
     return any(all(any(n == name for n, _ in m.classic.protocols) for m in classic) for name in names)  # type: ignore[union-attr]
 
 
-def classic_join(
+def classic_join(  # noqa: C901 - follows Kafka's classicGroupJoinToConsumerGroup step by step
     coordinator: ConsumerGroupCoordinator,
     now_ms: int,
     group: ConsumerGroup,

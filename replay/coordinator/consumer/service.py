@@ -321,7 +321,7 @@ class ConsumerGroupService:
         (GroupMetadataManager routes those of a consumer group to the *ToConsumerGroup methods)."""
         return group_id in self.coordinator.groups
 
-    def classic_join(self, ctx: RequestContext, request: Any) -> bool:
+    def classic_join(self, ctx: RequestContext, request: Any) -> bool:  # noqa: C901 - routes a classic JoinGroup as GroupMetadataManager.classicGroupJoin does, case by case
         """classicGroupJoin: JoinGroup on a consumer group id. An empty consumer group is deleted
         and the join goes to a classic group (maybeDeleteEmptyConsumerGroup, returns False);
         otherwise classicGroupJoinToConsumerGroup answers here (returns True)."""
