@@ -78,19 +78,26 @@ def run_confluent(args: argparse.Namespace) -> None:
     consumer.close()
 
 
+def _python_client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The consumer settings kafka-python and aiokafka spell the same way."""
+    return {
+        "bootstrap_servers": args.bootstrap,
+        "group_id": args.group,
+        "client_id": args.client_id,
+        "group_instance_id": args.instance or None,
+        "session_timeout_ms": args.session_timeout_ms,
+        "heartbeat_interval_ms": max(100, args.session_timeout_ms // 5),
+        "auto_offset_reset": "earliest",
+        "enable_auto_commit": False,
+    }
+
+
 def run_kafka_python(args: argparse.Namespace) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
     from kafka.coordinator.assignors.range import RangePartitionAssignor
 
     consumer = KafkaConsumer(
-        bootstrap_servers=args.bootstrap,
-        group_id=args.group,
-        client_id=args.client_id,
-        group_instance_id=args.instance or None,
-        session_timeout_ms=args.session_timeout_ms,
-        heartbeat_interval_ms=max(100, args.session_timeout_ms // 5),
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
+        **_python_client_config(args),
         partition_assignment_strategy=(RangePartitionAssignor,),
     )
     emit("started", kind="kafka-python", client_id=args.client_id, group_instance_id=args.instance)
@@ -131,14 +138,7 @@ async def _aiokafka_main(args: argparse.Namespace) -> None:
     from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=args.bootstrap,
-        group_id=args.group,
-        client_id=args.client_id,
-        group_instance_id=args.instance or None,
-        session_timeout_ms=args.session_timeout_ms,
-        heartbeat_interval_ms=max(100, args.session_timeout_ms // 5),
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
+        **_python_client_config(args),
         partition_assignment_strategy=(RangePartitionAssignor,),
     )
 
