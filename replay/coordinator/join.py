@@ -100,6 +100,25 @@ class JoinGroupHandling(Rebalancing):
             case _:
                 return member_id in group.members or len(group.members) < max_size
 
+    def _join_refused(
+        self,
+        ctx: RequestContext,
+        group: ClassicGroup,
+        member_id: str,
+        protocol_type: str,
+        protocols: Protocols,
+    ) -> bool:
+        """The checks both join paths open with (doNewMemberJoinGroup and doCurrentMemberJoinGroup):
+        a dead group answers COORDINATOR_NOT_AVAILABLE, protocols the group cannot share answer
+        INCONSISTENT_GROUP_PROTOCOL. True when the join was answered with one of them."""
+        if group.is_in(GroupState.DEAD):
+            self._join_error(ctx, member_id, COORDINATOR_NOT_AVAILABLE)
+            return True
+        if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
+            self._join_error(ctx, member_id, INCONSISTENT_GROUP_PROTOCOL)
+            return True
+        return False
+
     def _join_new_member(
         self,
         ctx: RequestContext,
@@ -111,11 +130,7 @@ class JoinGroupHandling(Rebalancing):
         protocols: Protocols,
     ) -> None:
         """GroupCoordinator.doNewMemberJoinGroup / GroupMetadataManager.classicGroupJoinNewMember."""
-        if group.is_in(GroupState.DEAD):
-            self._join_error(ctx, UNKNOWN_MEMBER, COORDINATOR_NOT_AVAILABLE)
-            return
-        if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
-            self._join_error(ctx, UNKNOWN_MEMBER, INCONSISTENT_GROUP_PROTOCOL)
+        if self._join_refused(ctx, group, UNKNOWN_MEMBER, protocol_type, protocols):
             return
         new_member_id = self._generate_member_id(ctx.client_id, group_instance_id)
         if group_instance_id is not None:
@@ -176,11 +191,7 @@ class JoinGroupHandling(Rebalancing):
         protocols: Protocols,
     ) -> None:
         """GroupCoordinator.doCurrentMemberJoinGroup / classicGroupJoinExistingMember."""
-        if group.is_in(GroupState.DEAD):
-            self._join_error(ctx, member_id, COORDINATOR_NOT_AVAILABLE)
-            return
-        if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
-            self._join_error(ctx, member_id, INCONSISTENT_GROUP_PROTOCOL)
+        if self._join_refused(ctx, group, member_id, protocol_type, protocols):
             return
         if group.is_pending_member(member_id):
             if group_instance_id is not None:
