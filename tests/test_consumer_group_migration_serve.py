@@ -6,9 +6,6 @@ real Kafka 4.3.1 broker started with the same policy; both settle the same way."
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +13,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from harness.admin import create_topic
+from tests.support.serve import served
 from tests.test_consumer_group_migration_differential import BROKER_CONFIG
 from tests.test_consumer_group_serve import TOPIC_PARTITIONS, _held
 
@@ -24,26 +22,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def serve_bidirectional() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "group_replay", "coordinator", "serve", "--port", "0",
-         "--topics", f"orders:{TOPIC_PARTITIONS}", "--consumer-group-migration-policy", "bidirectional",
-         "--group-initial-rebalance-delay-ms", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line:
-        raise RuntimeError(f"coordinator did not start: {process.stderr.read() if process.stderr else ''}")
-    try:
-        yield f"127.0.0.1:{json.loads(line)['port']}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        assert process.stderr is not None
-        stderr = process.stderr.read()
-        assert "Traceback" not in stderr, stderr[-3000:]
+    with served(
+        f"orders:{TOPIC_PARTITIONS}",
+        "--consumer-group-migration-policy",
+        "bidirectional",
+        "--group-initial-rebalance-delay-ms",
+        "0",
+        group_settings=(),
+    ) as bootstrap:
+        yield bootstrap
 
 
 def _member(bootstrap: str, group: str, name: str, protocol: str) -> Consumer:

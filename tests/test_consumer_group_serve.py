@@ -28,31 +28,15 @@ from confluent_kafka.admin import AdminClient
 from harness.admin import create_topic
 from harness.maven import client_libs
 from proxy.wire.errors import ErrorCode
+from tests.support.serve import served
 
 TOPIC_PARTITIONS = 4
 
 
 @pytest.fixture(scope="module")
 def serve() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "group_replay", "coordinator", "serve", "--port", "0",
-         "--topics", f"orders:{TOPIC_PARTITIONS}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line:
-        raise RuntimeError(f"coordinator did not start: {process.stderr.read() if process.stderr else ''}")
-    try:
-        yield f"127.0.0.1:{json.loads(line)['port']}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        assert process.stderr is not None
-        stderr = process.stderr.read()
-        assert "Traceback" not in stderr, stderr[-3000:]
+    with served(f"orders:{TOPIC_PARTITIONS}", group_settings=()) as bootstrap:
+        yield bootstrap
 
 
 def _consumer(bootstrap: str, group: str, name: str, protocol: str = "consumer") -> Consumer:

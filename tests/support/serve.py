@@ -10,6 +10,8 @@ import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +97,18 @@ def start_serve(
     if not line:
         raise RuntimeError(f"coordinator did not start: {process.stderr.read() if process.stderr else ''}")
     return process, int(json.loads(line)["port"])
+
+
+@contextmanager
+def served(topics: str, *extra: str, group_settings: tuple[str, ...] = TEST_GROUP_SETTINGS) -> Iterator[str]:
+    """`start_serve` as a context: yields the bootstrap address, stops serve at the end and fails
+    if it printed a traceback."""
+    process, port = start_serve(topics, *extra, group_settings=group_settings)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        assert process.stderr is not None
+        stderr = process.stderr.read()
+        assert "Traceback" not in stderr, stderr[-3000:]
