@@ -1,16 +1,16 @@
-"""`--metrics HOST:PORT`: the proxy's counters in Prometheus' text exposition format (0.0.4).
+"""`--metrics HOST:PORT`: the proxy's counters in Prometheus' text exposition format, via prometheus_client.
 
 Served from the proxy's own event loop (one small HTTP/1.1 handler, one response per
 connection): `GET /metrics`, `GET /health/live` (the event loop answers), `GET /health/ready`
-(the bootstrap listener is open). The exposition is written here rather than with
-prometheus_client: it is a dozen lines of a stable text format, and the proxy's counters already
-live in its sessions (read at scrape time, nothing is updated twice on the hot path).
+(the bootstrap listener is open). The counters already live in the proxy's sessions, so the
+exposition is a prometheus_client custom collector (`ProxyCollector`) that reads them at scrape
+time: nothing is updated twice on the relay's hot path, and prometheus_client writes the format.
 
 Metrics (all `group_replay_proxy_*`): connections accepted and open per leg, frames and bytes
 per API key and direction, request latency per API key (a summary: sum and count), bytes per
 leg, rewrites, connections closed on bad input, upstream connection errors, buffered
 partial-frame bytes and their budget, capture bytes queued and written, the recorder's
-queue depth, JoinGroup responses per group (rebalances seen), TLS reloads.
+queue depth and backlog (lag), JoinGroup responses per group (rebalances seen), TLS reloads.
 """
 
 from __future__ import annotations
@@ -18,7 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from proxy.session import ApiCounts
 from proxy.wire import api_name
@@ -28,123 +33,141 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("group_replay.proxy")
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 _PREFIX = "group_replay_proxy_"
+_API_LABELS = ("api_key", "api")
 
 
-def _line(name: str, value: int | float, labels: dict[str, str] | None = None) -> str:
-    text = f"{value:.6f}" if isinstance(value, float) else str(value)
-    if labels:
-        inner = ",".join(f'{key}="{_escape(label)}"' for key, label in labels.items())
-        return f"{_PREFIX}{name}{{{inner}}} {text}\n"
-    return f"{_PREFIX}{name} {text}\n"
+def _counter(name: str, help_text: str, value: int | None = None) -> CounterMetricFamily:
+    return CounterMetricFamily(_PREFIX + name, help_text, value=value)
 
 
-def _escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _gauge(name: str, help_text: str, value: int | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(_PREFIX + name, help_text, value=value)
 
 
-def _family(name: str, kind: str, help_text: str) -> str:
-    return f"# HELP {_PREFIX}{name} {help_text}\n# TYPE {_PREFIX}{name} {kind}\n"
+def _per_api(name: str, help_text: str, values: list[int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(_PREFIX + name, help_text, labels=_API_LABELS)
+    for api_key, value in enumerate(values):
+        if value:
+            family.add_metric([str(api_key), api_name(api_key)], value)
+    return family
 
 
-def render(server: ProxyServer) -> str:  # noqa: C901 - one linear exposition text; each branch guards an optional family
-    """The exposition text for `server`'s counters at this moment."""
-    totals = server.summary()
-    counts = ApiCounts()
-    counts.add(server.stats.api_counts)
-    client_bytes, upstream_bytes = server.stats.client_bytes, server.stats.upstream_bytes
-    upstream_open = 0
-    for connection in server.connections.values():
-        session = connection.session
-        if session.api_counts is not None:
-            counts.add(session.api_counts)
-        client_bytes += session.client_bytes
-        upstream_bytes += session.upstream_bytes
-        upstream_open += connection.upstream is not None and not connection.closing
-    out: list[str] = []
-    out.append(_family("connections_total", "counter", "Client connections accepted."))
-    out.append(_line("connections_total", totals.connections))
-    out.append(_family("open_connections", "gauge", "Connections open now, per leg."))
-    out.append(_line("open_connections", len(server.connections), {"leg": "client"}))
-    out.append(_line("open_connections", upstream_open, {"leg": "upstream"}))
-    out.append(
-        _family(
-            "bytes_total", "counter", "Bytes received from each side (client: requests; upstream: responses)."
+class ProxyCollector(Collector):
+    """Reads one proxy's counters at scrape time (prometheus_client's custom-collector pattern)."""
+
+    def __init__(self, server: ProxyServer) -> None:
+        self.proxy = server
+
+    def collect(self) -> Iterator[Metric]:
+        server = self.proxy
+        totals = server.summary()
+        counts = ApiCounts()
+        counts.add(server.stats.api_counts)
+        client_bytes, upstream_bytes = server.stats.client_bytes, server.stats.upstream_bytes
+        upstream_open = 0
+        for connection in server.connections.values():
+            session = connection.session
+            if session.api_counts is not None:
+                counts.add(session.api_counts)
+            client_bytes += session.client_bytes
+            upstream_bytes += session.upstream_bytes
+            upstream_open += connection.upstream is not None and not connection.closing
+        yield _counter("connections_total", "Client connections accepted.", totals.connections)
+        open_now = GaugeMetricFamily(
+            _PREFIX + "open_connections", "Connections open now, per leg.", labels=("leg",)
         )
-    )
-    out.append(_line("bytes_total", client_bytes, {"leg": "client"}))
-    out.append(_line("bytes_total", upstream_bytes, {"leg": "upstream"}))
-    for direction, frames, sizes in (
-        ("request", counts.requests, counts.request_bytes),
-        ("response", counts.responses, counts.response_bytes),
-    ):
-        name = f"{direction}s_total"
-        out.append(_family(name, "counter", f"{direction.capitalize()} frames per API key."))
-        for api_key, value in enumerate(frames):
-            if value:
-                out.append(_line(name, value, {"api_key": str(api_key), "api": api_name(api_key)}))
-        name = f"{direction}_bytes_total"
-        out.append(
-            _family(name, "counter", f"{direction.capitalize()} bytes per API key (size prefix included).")
+        open_now.add_metric(["client"], len(server.connections))
+        open_now.add_metric(["upstream"], upstream_open)
+        yield open_now
+        per_leg = CounterMetricFamily(
+            _PREFIX + "bytes_total",
+            "Bytes received from each side (client: requests; upstream: responses).",
+            labels=("leg",),
         )
-        for api_key, value in enumerate(sizes):
-            if value:
-                out.append(_line(name, value, {"api_key": str(api_key), "api": api_name(api_key)}))
-    out.append(
-        _family(
-            "request_latency_seconds",
-            "summary",
+        per_leg.add_metric(["client"], client_bytes)
+        per_leg.add_metric(["upstream"], upstream_bytes)
+        yield per_leg
+        for direction, frames, sizes in (
+            ("request", counts.requests, counts.request_bytes),
+            ("response", counts.responses, counts.response_bytes),
+        ):
+            title = direction.capitalize()
+            yield _per_api(f"{direction}s_total", f"{title} frames per API key.", frames)
+            yield _per_api(
+                f"{direction}_bytes_total", f"{title} bytes per API key (size prefix included).", sizes
+            )
+        latency = SummaryMetricFamily(
+            _PREFIX + "request_latency_seconds",
             "From a request passing the proxy to its response passing it, per API key (the broker's "
             "time plus the upstream leg).",
+            labels=_API_LABELS,
         )
-    )
-    for api_key, count in enumerate(counts.responses):
-        if count:
-            labels = {"api_key": str(api_key), "api": api_name(api_key)}
-            out.append(_line("request_latency_seconds_sum", counts.latency_ns[api_key] / 1e9, labels))
-            out.append(_line("request_latency_seconds_count", count, labels))
-    out.append(_family("group_requests_total", "counter", "Requests of the group APIs."))
-    out.append(_line("group_requests_total", totals.group_requests))
-    out.append(_family("rewrites_total", "counter", "Frames rewritten (broker addresses, rewrite policy)."))
-    out.append(_line("rewrites_total", totals.rewrites))
-    out.append(_family("closed_on_error_total", "counter", "Connections closed on bad input."))
-    out.append(_line("closed_on_error_total", totals.closed_on_error))
-    out.append(_family("upstream_errors_total", "counter", "Upstream connections that failed or broke."))
-    out.append(_line("upstream_errors_total", server.upstream_errors))
-    out.append(_family("buffered_bytes", "gauge", "Bytes of partial frames held for all connections."))
-    out.append(_line("buffered_bytes", server.budget.used_bytes))
-    out.append(
-        _family("buffered_bytes_limit", "gauge", "The budget for buffered_bytes (--max-buffered-bytes).")
-    )
-    out.append(_line("buffered_bytes_limit", server.budget.limit_bytes))
-    recorder = server.recorder
-    if recorder is not None:
-        out.append(
-            _family("capture_queued_bytes_total", "counter", "Frame bytes handed to the capture writer.")
+        for api_key, count in enumerate(counts.responses):
+            if count:
+                latency.add_metric(
+                    [str(api_key), api_name(api_key)],
+                    count_value=count,
+                    sum_value=counts.latency_ns[api_key] / 1e9,
+                )
+        yield latency
+        yield _counter("group_requests_total", "Requests of the group APIs.", totals.group_requests)
+        yield _counter(
+            "rewrites_total", "Frames rewritten (broker addresses, rewrite policy).", totals.rewrites
         )
-        out.append(_line("capture_queued_bytes_total", recorder.queued_bytes))
-        out.append(
-            _family("capture_written_bytes_total", "counter", "Frame bytes the capture writer has written.")
+        yield _counter("closed_on_error_total", "Connections closed on bad input.", totals.closed_on_error)
+        yield _counter(
+            "upstream_errors_total", "Upstream connections that failed or broke.", server.upstream_errors
         )
-        out.append(_line("capture_written_bytes_total", recorder.written_bytes))
-        out.append(_family("capture_backlog_bytes", "gauge", "Queued but not yet written (recorder lag)."))
-        out.append(_line("capture_backlog_bytes", recorder.backlog_bytes))
-        out.append(_family("capture_queue_items", "gauge", "Items waiting in the recorder's queue."))
-        out.append(_line("capture_queue_items", recorder.queue_depth))
-    out.append(
-        _family(
-            "group_join_responses_total",
-            "counter",
+        yield _gauge(
+            "buffered_bytes", "Bytes of partial frames held for all connections.", server.budget.used_bytes
+        )
+        yield _gauge(
+            "buffered_bytes_limit",
+            "The budget for buffered_bytes (--max-buffered-bytes).",
+            server.budget.limit_bytes,
+        )
+        recorder = server.recorder
+        if recorder is not None:
+            yield _counter(
+                "capture_queued_bytes_total",
+                "Frame bytes handed to the capture writer.",
+                recorder.queued_bytes,
+            )
+            yield _counter(
+                "capture_written_bytes_total",
+                "Frame bytes the capture writer has written.",
+                recorder.written_bytes,
+            )
+            yield _gauge(
+                "capture_backlog_bytes", "Queued but not yet written (recorder lag).", recorder.backlog_bytes
+            )
+            yield _gauge(
+                "capture_queue_items", "Items waiting in the recorder's queue.", recorder.queue_depth
+            )
+        joins = CounterMetricFamily(
+            _PREFIX + "group_join_responses_total",
             "JoinGroup responses relayed per group: members joining rebalances (rebalances seen).",
+            labels=("group",),
         )
-    )
-    for group, count in sorted(counts.join_responses.items()):
-        out.append(_line("group_join_responses_total", count, {"group": group}))
-    if server.tls is not None:
-        out.append(_family("tls_reloads_total", "counter", "Successful certificate reloads."))
-        out.append(_line("tls_reloads_total", server.tls.reloads))
-    return "".join(out)
+        for group, count in sorted(counts.join_responses.items()):
+            joins.add_metric([group], count)
+        yield joins
+        if server.tls is not None:
+            yield _counter("tls_reloads_total", "Successful certificate reloads.", server.tls.reloads)
+
+
+def registry_for(server: ProxyServer) -> CollectorRegistry:
+    """A registry of its own per proxy (not prometheus_client's process-global one)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ProxyCollector(server))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> str:
+    """The exposition text of `registry` at this moment."""
+    return generate_latest(registry).decode()
 
 
 class MetricsEndpoint:
@@ -152,6 +175,7 @@ class MetricsEndpoint:
 
     def __init__(self, server: ProxyServer) -> None:
         self.proxy = server
+        self.registry = registry_for(server)
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -170,7 +194,7 @@ class MetricsEndpoint:
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
                 status, body, kind = "405 Method Not Allowed", "GET only\n", "text/plain"
             elif path == "/metrics":
-                status, body, kind = "200 OK", render(self.proxy), CONTENT_TYPE
+                status, body, kind = "200 OK", render(self.registry), CONTENT_TYPE
             elif path == "/health/live":
                 status, body, kind = "200 OK", "live\n", "text/plain"
             elif path == "/health/ready":
@@ -199,4 +223,4 @@ class MetricsEndpoint:
             await self._server.wait_closed()
 
 
-__all__ = ["CONTENT_TYPE", "MetricsEndpoint", "render"]
+__all__ = ["CONTENT_TYPE", "MetricsEndpoint", "ProxyCollector", "registry_for", "render"]
