@@ -26,6 +26,8 @@ Pure: no IO, no clock.
 
 from __future__ import annotations
 
+import enum
+import functools
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -85,11 +87,21 @@ _is_entity_class = is_entity_class
 _unwrap_optional = unwrap_optional
 
 
+_ZEROS: dict[Any, Any] = {}
+
+
 def _zero(tp: Any) -> Any:
+    """Kafka's implicit default for `tp`, cached per annotation (every value is immutable: None,
+    numbers, strings, empty tuples, frozen kio entities); a replayed member builds requests here."""
     try:
-        return zero_value(tp)
+        return _ZEROS[tp]
+    except KeyError:
+        pass
+    try:
+        zero = _ZEROS[tp] = zero_value(tp)
     except EntityError as exc:
         raise ConversionError(str(exc)) from exc
+    return zero
 
 
 def _default(info: FieldInfo) -> Any:
@@ -113,22 +125,44 @@ def _read(entity: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return values, defaults
 
 
-def _convert_value(value: Any, tp: Any, path: str, losses: list[FieldLoss]) -> Any:
+class _Kind(enum.Enum):
+    SCALAR = enum.auto()
+    TUPLE = enum.auto()
+    ENTITY = enum.auto()
+    ENTITY_TUPLE = enum.auto()
+
+
+@functools.cache
+def _shape(tp: Any) -> tuple[bool, _Kind, Any]:
+    """(nullable, kind, entity class) of a field annotation, worked out once per annotation."""
     inner, nullable = _unwrap_optional(tp)
+    if typing.get_origin(inner) is tuple:
+        (element_tp, *_rest) = typing.get_args(inner)
+        if _is_entity_class(element_tp):
+            return nullable, _Kind.ENTITY_TUPLE, element_tp
+        return nullable, _Kind.TUPLE, None
+    if _is_entity_class(inner):
+        return nullable, _Kind.ENTITY, inner
+    return nullable, _Kind.SCALAR, None
+
+
+def _convert_value(value: Any, tp: Any, path: str, losses: list[FieldLoss]) -> Any:
+    nullable, kind, entity_cls = _shape(tp)
     if value is None:
         if nullable:
             return None
         zero = _zero(tp)
         losses.append(FieldLoss(path, None, "null not representable in this version"))
         return zero
-    if typing.get_origin(inner) is tuple:
-        (element_tp, *_rest) = typing.get_args(inner)
-        if _is_entity_class(element_tp):
-            return tuple(_build(element_tp, item, f"{path}[{i}]", losses) for i, item in enumerate(value))
-        return tuple(value)
-    if _is_entity_class(inner):
-        return _build(inner, value, path, losses)
-    return value
+    match kind:
+        case _Kind.SCALAR:
+            return value
+        case _Kind.TUPLE:
+            return tuple(value)
+        case _Kind.ENTITY:
+            return _build(entity_cls, value, path, losses)
+        case _Kind.ENTITY_TUPLE:
+            return tuple(_build(entity_cls, item, f"{path}[{i}]", losses) for i, item in enumerate(value))
 
 
 def _build(target_cls: type[Any], source: Any, path: str, losses: list[FieldLoss]) -> Any:
