@@ -28,6 +28,7 @@ from proxy.capture.writer import CaptureWriter
 from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
 from proxy.tls import ClientTls, TlsContexts, UpstreamTls
 from proxy.wire import ApiKey, FrameDecoder, encode_request
+from tests.support.proxy import ProxyProcess
 from tests.test_proxy_record_scope import MESSAGES, produce_and_consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -114,32 +115,6 @@ def test_real_clients_over_tls_on_both_legs_recording(
     assert all(c.upstream != secure_broker.broker.bootstrap for c in capture.connections.values())
 
 
-def _proxy_process(upstream: str, *flags: str) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "group_replay",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--listen",
-            "127.0.0.1:0",
-            *flags,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("proxy listening on "):
-        process.kill()
-        raise AssertionError(f"proxy did not start: {line!r} {process.communicate()[1]}")
-    return process, line.split()[3]
-
-
 def _wait_for_common_name(address: str, ca: Path, expected: str) -> str:
     seen = ""
     for _ in range(100):  # new connections pick the new certificate up; bounded, not timed
@@ -168,17 +143,18 @@ def test_certificates_rotate_without_dropping_connections(secure_broker, tmp_pat
     )
     served_cert, served_key = tmp_path / "served.pem", tmp_path / "served.key"
     _install(first.cert, first.key, served_cert, served_key)
-    process, address = _proxy_process(
-        secure_broker.listener("SSL"),
+    proxy = ProxyProcess(
+        "--upstream", secure_broker.listener("SSL"),
         "--client-tls-cert", str(served_cert), "--client-tls-key", str(served_key),
         "--upstream-tls-ca", str(ca.cert),
     )  # fmt: skip
+    address = proxy.bootstrap
     try:
         old = _tls_connect(address, ca.cert)
         assert _common_name(old) == "proxy-a" and _round_trip(old, 1)
         # Rotation 1: new files, then SIGHUP.
         _install(second.cert, second.key, served_cert, served_key)
-        process.send_signal(signal.SIGHUP)
+        proxy.send_signal(signal.SIGHUP)
         assert _wait_for_common_name(address, ca.cert, "proxy-b") == "proxy-b"
         # Rotation 2: the files alone (the proxy watches them).
         _install(third.cert, third.key, served_cert, served_key)
@@ -192,8 +168,7 @@ def test_certificates_rotate_without_dropping_connections(secure_broker, tmp_pat
         with _tls_connect(address, ca.cert) as sock:
             assert _common_name(sock) == "proxy-c" and _round_trip(sock, 3)
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
+        err = proxy.stop().stderr
     assert "TLS certificates reloaded" in err
     assert "TLS reload failed, keeping the previous certificates" in err
     assert "Traceback" not in err
