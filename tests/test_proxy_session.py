@@ -17,7 +17,8 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from proxy.addressing import AddressRewriter, StaticDirectory
-from proxy.session import Close, Closed, Opened, ProxySession, Record, SendClient, SendUpstream
+from proxy.commands import Close, Closed, Opened, SendClient, SendUpstream
+from proxy.session import ProxySession, Record
 from proxy.wire import FrameDecoder, decode_response, encode_request, encode_response, frame
 
 
