@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import demo.clients
-from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from proxy.capture.reader import read_capture
 from proxy.wire import ApiKey
 from tests.conftest import SASL_USERS
+from tests.support.java import assert_java_gets_both_partitions, java_client_properties
 from tests.support.proxy import ProxyProcess
 from tests.test_proxy_record_scope import MESSAGES, produce_and_consume
 
@@ -188,21 +187,9 @@ def test_java_consumer_over_sasl_ssl_through_the_proxy(
         "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
         f"sasl.jaas.config={jaas}\nssl.truststore.type=PEM\nssl.truststore.location={ca.cert}\n"
     )
-    command_for = demo.clients.command_for
-
-    def with_properties(spec: ConsumerSpec, progress: object = None) -> list[str]:
-        command = command_for(spec, progress)  # type: ignore[arg-type]
-        command.insert(1, f"-Dgroup.replay.client.properties={properties}")
-        return command
-
-    monkeypatch.setattr(demo.clients, "command_for", with_properties)
+    java_client_properties(monkeypatch, properties)
     try:
-        spec = ConsumerSpec(
-            ClientKind.JAVA, proxy.bootstrap, f"sasl-java-{os.getpid()}", (topic,), client_id="sasl-java"
-        )
-        with start_consumer(spec) as java:
-            assigned = java.wait_assigned(timeout_ms=120_000)
-            assert set(assigned.partitions) == {f"{topic}-0", f"{topic}-1"}
+        assert_java_gets_both_partitions(proxy.bootstrap, topic, "sasl-java")
     finally:
         output = proxy.stop().printed
     capture = read_capture(path)

@@ -21,13 +21,12 @@ from pathlib import Path
 import kio.schema.api_versions.v3.request as av3
 import pytest
 
-import demo.clients
-from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from proxy.capture.reader import read_capture
 from proxy.capture.writer import CaptureWriter
 from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
 from proxy.tls import ClientTls, TlsContexts, UpstreamTls
 from proxy.wire import ApiKey, FrameDecoder, encode_request
+from tests.support.java import assert_java_gets_both_partitions, java_client_properties
 from tests.support.proxy import ProxyProcess
 from tests.test_proxy_record_scope import MESSAGES, produce_and_consume
 
@@ -64,19 +63,6 @@ def _common_name(sock: ssl.SSLSocket) -> str:
     return str(subject["commonName"])
 
 
-def _java_over_tls(monkeypatch: pytest.MonkeyPatch, properties: Path) -> None:
-    """The harness's Java consumer, with security settings from a properties file."""
-    command_for = demo.clients.command_for
-
-    def with_properties(spec: ConsumerSpec, progress: object = None) -> list[str]:
-        command = command_for(spec, progress)  # type: ignore[arg-type]
-        if spec.kind is ClientKind.JAVA:
-            command.insert(1, f"-Dgroup.replay.client.properties={properties}")
-        return command
-
-    monkeypatch.setattr(demo.clients, "command_for", with_properties)
-
-
 def test_real_clients_over_tls_on_both_legs_recording(
     secure_broker, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,17 +80,12 @@ def test_real_clients_over_tls_on_both_legs_recording(
     properties.write_text(
         f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca.cert}\n"
     )
-    _java_over_tls(monkeypatch, properties)
+    java_client_properties(monkeypatch, properties)
     try:
         settings = {"security.protocol": "SSL", "ssl.ca.location": str(ca.cert)}
         group = f"tls-{os.getpid()}"
         assert produce_and_consume(proxy.bootstrap, topic, group, settings) == MESSAGES
-        spec = ConsumerSpec(
-            ClientKind.JAVA, proxy.bootstrap, f"tls-java-{os.getpid()}", (topic,), client_id="tls-java"
-        )
-        with start_consumer(spec) as java:
-            assigned = java.wait_assigned(timeout_ms=120_000)
-            assert set(assigned.partitions) == {f"{topic}-0", f"{topic}-1"}
+        assert_java_gets_both_partitions(proxy.bootstrap, topic, "tls-java")
     finally:
         proxy.stop()
     capture = read_capture(path)
