@@ -8,7 +8,6 @@ do not), killed (SIGKILL: nothing sent) or bounced, which is what group tests ne
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import enum
 import hashlib
@@ -29,6 +28,7 @@ from typing import Any
 from harness import paths
 from harness.broker import child_preexec
 from harness.maven import ProgressCallback, client_libs, java_path
+from harness.owned import Owned
 
 # Oldest kafka-clients we support: the class is compiled against it so every newer one runs it.
 JAVA_COMPILE_AGAINST = "2.4.1"
@@ -193,17 +193,8 @@ def command_for(spec: ConsumerSpec, progress: ProgressCallback | None = None) ->
     return cmd
 
 
-_LIVE: set[ConsumerProcess] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-@atexit.register
-def kill_all() -> None:
-    """No consumer outlives the interpreter that started it."""
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for consumer in live:
-        consumer.kill()
+# No consumer outlives the interpreter that started it.
+_LIVE: Owned[ConsumerProcess] = Owned(lambda consumer: consumer.kill())
 
 
 class ConsumerProcess:
@@ -223,8 +214,7 @@ class ConsumerProcess:
             text=True,
             preexec_fn=child_preexec(detach=False),
         )
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         self._readers = [
             threading.Thread(target=self._read_stdout, daemon=True),
             threading.Thread(target=self._read_stderr, daemon=True),
@@ -309,16 +299,14 @@ class ConsumerProcess:
                 self.kill()
         for reader in self._readers:
             reader.join(timeout=5)
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         return int(self.process.wait())
 
     def kill(self) -> int:
         """SIGKILL: no LeaveGroup, no commit; the coordinator notices only by session timeout."""
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         return int(self.process.wait())
 
     def __enter__(self) -> ConsumerProcess:

@@ -12,7 +12,6 @@ leaves an orphan JVM behind.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import json
@@ -27,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from harness import paths
 from harness.launch import DEFAULT_HEAP_MB as DEFAULT_HEAP_MB
@@ -41,7 +40,8 @@ from harness.launch import cluster_id as cluster_id
 from harness.launch import plan_broker as plan_broker
 from harness.lines import DEFAULT_KAFKA_VERSION, Mode
 from harness.maven import ProgressCallback
-from harness.probe import api_versions
+from harness.owned import Owned
+from harness.probe import NotAnswering, wait_answering
 
 DEFAULT_READY_TIMEOUT_MS = 90_000
 DEFAULT_STOP_TIMEOUT_MS = 20_000
@@ -92,8 +92,8 @@ def _log_tail(log_path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-_LIVE: set[Broker] = set()
-_LIVE_LOCK = threading.Lock()
+# Brokers this interpreter started (not detached): stopped at exit if nothing else has.
+_LIVE: Owned[Broker] = Owned(lambda broker: broker.stop())
 
 
 @dataclass(eq=False)
@@ -158,8 +158,7 @@ class Broker:
             _terminate(self.process, timeout_ms)
             if self.zookeeper is not None:  # after the broker, so it can deregister cleanly
                 _terminate(self.zookeeper, timeout_ms)
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+            _LIVE.discard(self)
             if remove_data and self.owns_work_dir:
                 shutil.rmtree(self.plan.work_dir, ignore_errors=True)
         return self.process.returncode
@@ -190,9 +189,8 @@ def spawn(plan: LaunchPlan, detach: bool) -> subprocess.Popen[bytes]:
 
 
 def track(broker: Broker) -> None:
-    """Stop `broker` at interpreter exit if nothing else has (`stop_all`)."""
-    with _LIVE_LOCK:
-        _LIVE.add(broker)
+    """Stop `broker` at interpreter exit if nothing else has."""
+    _LIVE.add(broker)
 
 
 def _terminate(process: subprocess.Popen[bytes], timeout_ms: int) -> None:
@@ -206,15 +204,6 @@ def _terminate(process: subprocess.Popen[bytes], timeout_ms: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         process.wait()
-
-
-@atexit.register
-def stop_all() -> None:
-    """Stop every broker this interpreter started and still owns."""
-    with _LIVE_LOCK:
-        brokers = list(_LIVE)
-    for broker in brokers:
-        broker.stop()
 
 
 def run_format(plan: LaunchPlan) -> None:
@@ -233,24 +222,21 @@ _CAUSE = re.compile(r"Exception|ERROR|Caused by|error:", re.IGNORECASE)
 
 
 def wait_ready(plan: LaunchPlan, process: subprocess.Popen[bytes], timeout_ms: int) -> None:
-    deadline = time.monotonic() + timeout_ms / 1000
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
+    def check_alive() -> None:
         if process.poll() is not None:
             raise BrokerError(
                 f"Kafka {plan.kafka_version} exited with {process.returncode} before it was ready; "
                 f"log {plan.log_path}:\n{_log_tail(plan.log_path)}"
             )
-        try:
-            api_versions("127.0.0.1", plan.port, timeout_ms=2000)
-            return
-        except (OSError, ConnectionError) as exc:
-            last_error = exc
-        time.sleep(0.2)
-    raise BrokerError(
-        f"Kafka {plan.kafka_version} did not answer ApiVersions on {plan.bootstrap} within {timeout_ms} ms "
-        f"(last error: {last_error}); log {plan.log_path}:\n{_log_tail(plan.log_path)}"
-    )
+
+    try:
+        wait_answering("127.0.0.1", plan.port, timeout_ms, check_alive, poll_s=0.2)
+    except NotAnswering as exc:
+        raise BrokerError(
+            f"Kafka {plan.kafka_version} did not answer ApiVersions on {plan.bootstrap} "
+            f"within {timeout_ms} ms (last error: {exc.last_error}); "
+            f"log {plan.log_path}:\n{_log_tail(plan.log_path)}"
+        ) from None
 
 
 def _start_zookeeper(plan: LaunchPlan, detach: bool) -> subprocess.Popen[bytes]:
@@ -357,12 +343,7 @@ def state_path(kafka_version: str) -> Path:
 
 
 def write_state(state: BrokerState) -> Path:
-    path = state_path(state.kafka_version)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    return paths.write_atomically(state_path(state.kafka_version), json.dumps(asdict(state), indent=2) + "\n")
 
 
 def pid_alive(pid: int) -> bool:
@@ -379,19 +360,31 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def find_running(kafka_version: str | None = None) -> list[BrokerState]:
-    """Brokers started detached (by `group-replay broker start`) whose process is still alive."""
+class _Versioned(Protocol):
+    @property
+    def kafka_version(self) -> str: ...
+
+
+_State = TypeVar("_State", bound=_Versioned)
+
+
+def read_states(pattern: str, parse: Callable[[str], _State], kafka_version: str | None) -> list[_State]:
+    """The state files under the run dir matching `pattern` that parse (a damaged one is skipped),
+    of `kafka_version` (of any when None): for detached brokers and detached clusters."""
     found = []
-    for path in sorted(paths.run_dir().glob("broker-*.json")):
+    for path in sorted(paths.run_dir().glob(pattern)):
         try:
-            state = BrokerState.from_json(path.read_text())
+            state = parse(path.read_text())
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if kafka_version is not None and state.kafka_version != kafka_version:
-            continue
-        if pid_alive(state.pid):
+        if kafka_version is None or state.kafka_version == kafka_version:
             found.append(state)
     return found
+
+
+def find_running(kafka_version: str | None = None) -> list[BrokerState]:
+    """Brokers started detached (by `group-replay broker start`) whose process is still alive."""
+    return [s for s in read_states("broker-*.json", BrokerState.from_json, kafka_version) if pid_alive(s.pid)]
 
 
 def stop_detached(state: BrokerState, timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> bool:

@@ -22,9 +22,10 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from harness import paths
 from harness.broker import (
@@ -47,7 +48,7 @@ from harness.cluster import (
     write_cluster_state,
 )
 from harness.lines import DEFAULT_KAFKA_VERSION, KAFKA_4X, KAFKA_39, Mode, line_for
-from harness.maven import MavenError, missing_tools
+from harness.maven import MavenError, ProgressCallback, missing_tools
 from harness.progress import download_progress
 from harness.security import Security, parse_user, prepare
 
@@ -341,6 +342,30 @@ def _port_problem(port: int | None) -> str | None:
     return None
 
 
+_Started = TypeVar("_Started")
+
+
+def _launched(
+    args: argparse.Namespace,
+    start: Callable[[ProgressCallback | None], _Started],
+    on_failure: Callable[[], None] | None = None,
+) -> tuple[_Started | None, int]:
+    """`start` under the jar download's progress: (what it started, 0), or (None, exit code) after
+    saying why: 2 for a setting the line refuses (ValueError), 1 for a broker or Maven failure."""
+    try:
+        description = f"fetching Kafka {args.kafka_version} jars"
+        with download_progress(args.progress == "on", description) as progress:
+            return start(progress), 0
+    except ValueError as exc:
+        code, reason = 2, str(exc)
+    except (BrokerError, MavenError) as exc:
+        code, reason = 1, str(exc)
+    if on_failure is not None:
+        on_failure()
+    print(f"group-replay broker: {reason}", file=sys.stderr)
+    return None, code
+
+
 def _start(args: argparse.Namespace) -> int:
     reason = missing_tools()
     if reason:
@@ -368,25 +393,20 @@ def _start(args: argparse.Namespace) -> int:
     if running:
         print(f"Kafka {args.kafka_version} already running at {running[0].bootstrap} (id {running[0].pid})")
         return 0
-    try:
-        with download_progress(
-            args.progress == "on", f"fetching Kafka {args.kafka_version} jars"
-        ) as progress:
-            broker = start_broker(
-                args.kafka_version,
-                args.new_coordinator,
-                settings,
-                heap_mb=args.heap_mb,
-                port=args.port,
-                detach=True,
-                progress=progress,
-            )
-    except ValueError as exc:
-        print(f"group-replay broker: {exc}", file=sys.stderr)
-        return 2
-    except (BrokerError, MavenError) as exc:
-        print(f"group-replay broker: {exc}", file=sys.stderr)
-        return 1
+    broker, code = _launched(
+        args,
+        lambda progress: start_broker(
+            args.kafka_version,
+            args.new_coordinator,
+            settings,
+            heap_mb=args.heap_mb,
+            port=args.port,
+            detach=True,
+            progress=progress,
+        ),
+    )
+    if broker is None:
+        return code
     path = write_state(broker.state())
     print(broker.bootstrap)
     print(
@@ -435,29 +455,23 @@ def _start_cluster(args: argparse.Namespace, settings: dict[str, str]) -> int:
         shutil.rmtree(directory, ignore_errors=True)
         print(f"group-replay broker: cannot make certificates: {exc}", file=sys.stderr)
         return 1
-    try:
-        with download_progress(
-            args.progress == "on", f"fetching Kafka {args.kafka_version} jars"
-        ) as progress:
-            cluster = start_cluster(
-                args.kafka_version,
-                args.brokers,
-                args.new_coordinator,
-                settings,
-                heap_mb=args.heap_mb,
-                progress=progress,
-                secure_listeners=() if setup.listener is None else (setup.listener,),
-                detach=True,
-                work_root=directory,
-            )
-    except ValueError as exc:
-        shutil.rmtree(directory, ignore_errors=True)
-        print(f"group-replay broker: {exc}", file=sys.stderr)
-        return 2
-    except (BrokerError, MavenError) as exc:
-        shutil.rmtree(directory, ignore_errors=True)
-        print(f"group-replay broker: {exc}", file=sys.stderr)
-        return 1
+    cluster, code = _launched(
+        args,
+        lambda progress: start_cluster(
+            args.kafka_version,
+            args.brokers,
+            args.new_coordinator,
+            settings,
+            heap_mb=args.heap_mb,
+            progress=progress,
+            secure_listeners=() if setup.listener is None else (setup.listener,),
+            detach=True,
+            work_root=directory,
+        ),
+        on_failure=lambda: shutil.rmtree(directory, ignore_errors=True),
+    )
+    if cluster is None:
+        return code
     bootstrap = (
         cluster.bootstrap if setup.listener is None else cluster.listener_bootstrap(setup.listener.name)
     )

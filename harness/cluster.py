@@ -24,6 +24,7 @@ from harness.broker import (
     Broker,
     BrokerState,
     pid_alive,
+    read_states,
     run_format,
     spawn,
     track,
@@ -215,27 +216,13 @@ def cluster_directory(kafka_version: str) -> Path:
 
 
 def write_cluster_state(state: ClusterState) -> Path:
-    path = cluster_state_path(state.kafka_version)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(state.to_json())
-    tmp.replace(path)
-    return path
+    return paths.write_atomically(cluster_state_path(state.kafka_version), state.to_json())
 
 
 def find_running_clusters(kafka_version: str | None = None) -> list[ClusterState]:
     """Clusters started detached whose nodes are (some of them) still alive."""
-    found = []
-    for path in sorted(paths.run_dir().glob("cluster-*.json")):
-        try:
-            state = ClusterState.from_json(path.read_text())
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if kafka_version is not None and state.kafka_version != kafka_version:
-            continue
-        if any(pid_alive(node.pid) for node in state.nodes):
-            found.append(state)
-    return found
+    states = read_states("cluster-*.json", ClusterState.from_json, kafka_version)
+    return [state for state in states if any(pid_alive(node.pid) for node in state.nodes)]
 
 
 def stop_detached_cluster(state: ClusterState, timeout_ms: int = DEFAULT_STOP_TIMEOUT_MS) -> bool:

@@ -38,6 +38,15 @@ def run_dir() -> Path:
     return Path(explicit).expanduser() if explicit else cache_root() / "run"
 
 
+def write_atomically(path: Path, text: str) -> Path:
+    """`text` into `path` through a temporary file and a rename: a reader never sees half a state file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
 def maven_repo() -> Path | None:
     """A Maven local repository to use instead of ~/.m2 (a cold benchmark sets it to an empty dir)."""
     explicit = os.environ.get(MAVEN_REPO_ENV)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import socket
 import struct
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
@@ -69,6 +71,33 @@ def api_versions(host: str, port: int, timeout_ms: int = 2000) -> dict[int, ApiR
         int(k.api_key): ApiRange(int(k.api_key), int(k.min_version), int(k.max_version))
         for k in response.api_keys
     }
+
+
+class NotAnswering(Exception):
+    """`wait_answering` ran out of time; `last_error` is the last connection attempt's."""
+
+    def __init__(self, last_error: Exception | None) -> None:
+        super().__init__(str(last_error))
+        self.last_error = last_error
+
+
+def wait_answering(
+    host: str, port: int, timeout_ms: int, check_alive: Callable[[], None], poll_s: float = 0.2
+) -> None:
+    """Polls ApiVersions on host:port until a broker answers: the one readiness loop of a local
+    broker and a container one. `check_alive` raises the caller's error when the server is gone;
+    NotAnswering when `timeout_ms` passes first."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        check_alive()
+        try:
+            api_versions(host, port, timeout_ms=2000)
+            return
+        except (OSError, ConnectionError) as exc:
+            last_error = exc
+        time.sleep(poll_s)
+    raise NotAnswering(last_error)
 
 
 def split_bootstrap(bootstrap: str) -> tuple[str, int]:

@@ -30,18 +30,8 @@ from typing import Any
 
 from proxy.addressing import AddressRewriter
 from proxy.capture.header import RecordScope
-from proxy.session import (
-    DEFAULT_MAX_BUFFERED_BYTES,
-    ApiCounts,
-    BufferBudget,
-    Close,
-    PassThrough,
-    ProxySession,
-    Record,
-    RewritePolicy,
-    SendClient,
-    SendUpstream,
-)
+from proxy.commands import Close, PassThrough, RewritePolicy, SendClient, SendUpstream
+from proxy.session import DEFAULT_MAX_BUFFERED_BYTES, ApiCounts, BufferBudget, ProxySession, Record
 from proxy.tls import TlsContexts, explain_upstream_error
 from proxy.wire import DEFAULT_MAX_FRAME_BYTES
 

@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient
 from harness.admin import create_topic
 from harness.maven import client_libs
 from proxy.wire.errors import ErrorCode
+from tests.support.consumers import settled
 from tests.support.serve import served
 
 TOPIC_PARTITIONS = 4
@@ -56,17 +57,7 @@ def _consumer(bootstrap: str, group: str, name: str, protocol: str = "consumer")
 
 
 def _held(consumers: list[Consumer], timeout_s: float, want: list[int] | None = None) -> list[list[int]]:
-    """Poll until the consumers together hold every partition, each one something."""
-    deadline = time.monotonic() + timeout_s
-    held: list[list[int]] = []
-    while time.monotonic() < deadline:
-        for consumer in consumers:
-            consumer.poll(0.1)
-        held = [sorted(p.partition for p in c.assignment()) for c in consumers]
-        complete = sorted(p for h in held for p in h) == list(range(TOPIC_PARTITIONS))
-        if complete and all(held) and (want is None or held == [want]):
-            return held
-    raise AssertionError(f"not settled after {timeout_s} s: {held}")
+    return settled(consumers, TOPIC_PARTITIONS, timeout_s, want)
 
 
 def test_consumer_protocol_clients_form_split_and_take_over(serve: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import io
 import json
-import time
 import uuid
 from pathlib import Path
 
@@ -40,7 +39,8 @@ from proxy.wire import (
     response_fields,
 )
 from proxy.wire.errors import ErrorCode
-from tests.test_proxy_clients import ProxyProcess
+from tests.support.consumers import settled
+from tests.support.proxy import ProxyProcess
 
 TOPIC_ID = uuid.UUID(int=0xABC)
 
@@ -103,19 +103,6 @@ def test_describe_names_its_group() -> None:
     assert request_fields(header.api_key, request).group_id == "a"
 
 
-def _settle(consumers: list[Consumer], partitions: int, timeout_s: float = 60.0) -> list[list[int]]:
-    """Poll until every consumer holds something and together they hold every partition."""
-    deadline = time.monotonic() + timeout_s
-    held: list[list[int]] = []
-    while time.monotonic() < deadline:
-        for consumer in consumers:
-            consumer.poll(0.1)
-        held = [sorted(p.partition for p in consumer.assignment()) for consumer in consumers]
-        if all(held) and sorted(p for h in held for p in h) == list(range(partitions)):
-            return held
-    raise AssertionError(f"the group did not settle: {held}")
-
-
 @pytest.mark.integration
 def test_real_consumer_protocol_clients_recorded_through_the_proxy(
     broker_factory, make_topic, tmp_path: Path, capsys
@@ -123,7 +110,7 @@ def test_real_consumer_protocol_clients_recorded_through_the_proxy(
     broker: Broker = broker_factory(KAFKA_4X)
     topic = make_topic(broker.bootstrap, partitions=4, prefix="kip848")
     record = tmp_path / "consumer.pcapng"
-    proxy = ProxyProcess(broker.bootstrap, record)
+    proxy = ProxyProcess("--upstream", broker.bootstrap, "--record", str(record))
     group = f"g-{topic}"
     consumers = []
     try:
@@ -138,11 +125,11 @@ def test_real_consumer_protocol_clients_recorded_through_the_proxy(
             )
             consumer.subscribe([topic])
             consumers.append(consumer)
-        held = _settle(consumers, 4)
+        held = settled(consumers, 4)
     finally:
         for consumer in consumers:
             consumer.close()
-        err = proxy.stop()
+        err = proxy.stop().stderr
     assert "Traceback" not in err, err
 
     rows = rpc_rows(read_capture(str(record)), group_only=True)

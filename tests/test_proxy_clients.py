@@ -7,9 +7,6 @@ aiokafka send JoinGroup v5, kafka-python 3.x v7, Java kafka-clients 3.9 v9 (desi
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from harness.admin import create_topic
 from harness.lines import KAFKA_39
 from proxy.capture.reader import exchanges, read_capture
 from proxy.wire import ApiKey
+from tests.support.proxy import ProxyProcess
 from tests.test_capture_tshark import TSHARK, tshark_fields
 
 EXPECTED_JOIN_VERSION = {
@@ -30,48 +28,11 @@ EXPECTED_JOIN_VERSION = {
 }
 
 
-class ProxyProcess:
-    """`group-replay proxy` as a subprocess (the command line is part of what is tested)."""
-
-    def __init__(self, upstream: str, record: Path) -> None:
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "group_replay",
-                "proxy",
-                "--upstream",
-                upstream,
-                "--listen",
-                "127.0.0.1:0",
-                "--record",
-                str(record),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[1],
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line.startswith("proxy listening on "):
-            self.process.kill()
-            raise RuntimeError(
-                f"proxy did not start: {line!r} {self.process.stderr.read() if self.process.stderr else ''}"
-            )
-        self.bootstrap = line.split()[3]
-
-    def stop(self) -> str:
-        self.process.send_signal(signal.SIGTERM)
-        _, err = self.process.communicate(timeout=60)
-        return err
-
-
 @pytest.fixture(scope="module")
 def recorded(broker_factory, tmp_path_factory) -> Iterator[tuple[Path, dict[ClientKind, ConsumerSpec]]]:
     broker = broker_factory(KAFKA_39, new_coordinator=False)
     path = tmp_path_factory.mktemp("proxy") / "clients.pcapng"
-    proxy = ProxyProcess(broker.bootstrap, path)
+    proxy = ProxyProcess("--upstream", broker.bootstrap, "--record", str(path))
     specs: dict[ClientKind, ConsumerSpec] = {}
     consumers = []
     try:
@@ -94,7 +55,7 @@ def recorded(broker_factory, tmp_path_factory) -> Iterator[tuple[Path, dict[Clie
     finally:
         for consumer in consumers:
             consumer.stop()
-        log = proxy.stop()
+        log = proxy.stop().stderr
     assert "Traceback" not in log, log
     # Clients reached the coordinator through the per-broker listener the metadata named.
     assert "is reachable through 127.0.0.1:" in log, log

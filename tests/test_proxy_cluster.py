@@ -124,14 +124,14 @@ def test_a_sasl_ssl_cluster_through_the_proxy(kafka_cluster, _secure_setup, tmp_
     moving data; every broker is reached through the proxy and the capture holds no secret."""
     from tests.conftest import SASL_USERS
     from tests.test_proxy_record_scope import MESSAGES, produce_and_consume
-    from tests.test_proxy_sasl import _Proxy, _secrets_absent
+    from tests.test_proxy_sasl import _proxy, _secrets_absent
 
     ca = _secure_setup.ca
     proxy_cert = ca.issue("proxy-cluster", tmp_path)
     topic = f"cluster-sasl-{os.getpid()}"
     _create_topic(kafka_cluster.bootstrap, topic, 3)
     path = tmp_path / "cluster-sasl.pcapng"
-    proxy = _Proxy(
+    proxy = _proxy(
         kafka_cluster.node(1).listener_bootstrap("SASL_SSL"), path,
         "--client-tls-cert", str(proxy_cert.cert), "--client-tls-key", str(proxy_cert.key),
         "--upstream-tls-ca", str(ca.cert),
@@ -147,7 +147,7 @@ def test_a_sasl_ssl_cluster_through_the_proxy(kafka_cluster, _secure_setup, tmp_
     try:
         seen = produce_and_consume(proxy.bootstrap, topic, f"cluster-sasl-{os.getpid()}", settings)
     finally:
-        output = proxy.stop()
+        output = proxy.stop().printed
     assert seen == MESSAGES
     capture = read_capture(path)
     assert capture.damage is None

@@ -3,16 +3,13 @@ it, and a bad file names file, line and field with exit 2."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from group_replay import main as group_replay
+from tests.support.proxy import ProxyProcess
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,22 +54,15 @@ def test_the_file_configures_the_proxy_and_flags_override_it(tmp_path: Path) -> 
         "record_scope: all\n"
         "log_level: warning\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "group_replay", "proxy", "--config", str(config_dir / "proxy.yaml"),
-         "--record-scope", "group"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    proxy = ProxyProcess(
+        "--config", str(config_dir / "proxy.yaml"), "--record-scope", "group", listen=None, cwd=tmp_path
+    )
+    first = proxy.first_line
     try:
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        assert f"proxy listening on 127.0.0.1:{port}" in first, first + process.stderr.read()
+        assert f"proxy listening on 127.0.0.1:{port}" in first, first
     finally:
-        process.send_signal(signal.SIGTERM)
-        out, _ = process.communicate(timeout=60)
-    assert process.returncode == 0
+        stopped = proxy.stop()
+    out = stopped.stdout
+    assert stopped.returncode == 0
     assert f"capture {config_dir / 'capture.pcapng'}" in out and "record scope group" in out, out
     assert (config_dir / "capture.pcapng").exists()

@@ -67,16 +67,21 @@ def produce_and_consume(bootstrap: str, topic: str, group: str, extra: dict[str,
     return seen
 
 
-def test_group_scope_records_the_group_not_the_data(broker_factory, make_topic, tmp_path: Path) -> None:
+def _recorded(broker_factory, make_topic, path: Path, scope: RecordScope, partitions: int, name: str) -> None:
+    """MESSAGES produced and consumed by a group through a proxy recording `scope` into `path`."""
     broker = broker_factory(KAFKA_39, new_coordinator=False)
-    topic = make_topic(broker.bootstrap, 2, prefix="scope")
-    path = tmp_path / "group.pcapng"
-    recorder = CaptureWriter(path, upstream=broker.bootstrap, record_scope=RecordScope.GROUP)
+    topic = make_topic(broker.bootstrap, partitions, prefix=name)
+    recorder = CaptureWriter(path, upstream=broker.bootstrap, record_scope=scope)
     proxy = BackgroundProxy(ProxyConfig(upstream=parse_hostport(broker.bootstrap)), recorder)
     try:
-        assert produce_and_consume(proxy.bootstrap, topic, f"scope-{os.getpid()}") == MESSAGES
+        assert produce_and_consume(proxy.bootstrap, topic, f"{name}-{os.getpid()}") == MESSAGES
     finally:
         proxy.stop()
+
+
+def test_group_scope_records_the_group_not_the_data(broker_factory, make_topic, tmp_path: Path) -> None:
+    path = tmp_path / "group.pcapng"
+    _recorded(broker_factory, make_topic, path, RecordScope.GROUP, 2, "scope")
     capture = read_capture(path)
     assert capture.damage is None
     assert capture.record_scope is RecordScope.GROUP and capture.header["record_scope"] == "group"
@@ -116,15 +121,8 @@ def test_group_scope_records_the_group_not_the_data(broker_factory, make_topic, 
 
 
 def test_all_scope_still_records_every_frame(broker_factory, make_topic, tmp_path: Path) -> None:
-    broker = broker_factory(KAFKA_39, new_coordinator=False)
-    topic = make_topic(broker.bootstrap, 1, prefix="scope-all")
     path = tmp_path / "all.pcapng"
-    recorder = CaptureWriter(path, upstream=broker.bootstrap, record_scope=RecordScope.ALL)
-    proxy = BackgroundProxy(ProxyConfig(upstream=parse_hostport(broker.bootstrap)), recorder)
-    try:
-        assert produce_and_consume(proxy.bootstrap, topic, f"scope-all-{os.getpid()}") == MESSAGES
-    finally:
-        proxy.stop()
+    _recorded(broker_factory, make_topic, path, RecordScope.ALL, 1, "scope-all")
     capture = read_capture(path)
     assert capture.damage is None and capture.record_scope is RecordScope.ALL
     keys = {f.api_key for f in capture.frames}

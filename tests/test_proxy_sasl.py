@@ -9,48 +9,24 @@ capture file and every line the proxy printed are searched for the passwords.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import demo.clients
-from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from proxy.capture.reader import read_capture
 from proxy.wire import ApiKey
 from tests.conftest import SASL_USERS
+from tests.support.java import assert_java_gets_both_partitions, java_client_properties
+from tests.support.proxy import ProxyProcess
 from tests.test_proxy_record_scope import MESSAGES, produce_and_consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
-REPO = Path(__file__).resolve().parents[1]
 PASSWORDS = {name: password for name, password in SASL_USERS}
 
 
-class _Proxy:
-    def __init__(self, upstream: str, record: Path, *flags: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "group_replay", "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0",
-             "--record", str(record), "--log-level", "DEBUG", *flags],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )  # fmt: skip
-        assert self.process.stdout is not None
-        self.first_line = self.process.stdout.readline()
-        if not self.first_line.startswith("proxy listening on "):
-            self.process.kill()
-            raise AssertionError(f"proxy did not start: {self.first_line!r} {self.process.communicate()[1]}")
-        self.bootstrap = self.first_line.split()[3]
-
-    def stop(self) -> str:
-        """Everything the proxy printed (stdout and stderr)."""
-        self.process.send_signal(signal.SIGTERM)
-        out, err = self.process.communicate(timeout=60)
-        return self.first_line + out + err
+def _proxy(upstream: str, record: Path, *flags: str) -> ProxyProcess:
+    return ProxyProcess("--upstream", upstream, "--record", str(record), "--log-level", "DEBUG", *flags)
 
 
 def _secrets_absent(capture_path: Path, output: str) -> None:
@@ -86,7 +62,7 @@ def test_sasl_is_relayed_and_no_secret_is_recorded_or_logged(
     path = tmp_path / "sasl.pcapng"
     flags = ["--upstream-tls-ca", str(ca.cert)] if listener == "SASL_SSL" else []
     flags += ["--record-scope", "all"] if mechanism == "PLAIN" else []  # every frame, SASL redacted
-    proxy = _Proxy(secure_broker.listener(listener), path, *flags)
+    proxy = _proxy(secure_broker.listener(listener), path, *flags)
     settings: dict[str, object] = {
         "security.protocol": "SASL_PLAINTEXT",  # the proxy's client leg is PLAINTEXT here
         "sasl.mechanisms": mechanism,
@@ -97,7 +73,7 @@ def test_sasl_is_relayed_and_no_secret_is_recorded_or_logged(
     try:
         seen = produce_and_consume(proxy.bootstrap, topic, f"sasl-{os.getpid()}-{mechanism}", settings)  # type: ignore[arg-type]
     finally:
-        output = proxy.stop()
+        output = proxy.stop().printed
     assert seen == MESSAGES
     assert "Traceback" not in output and "closing: malformed" not in output
     capture = read_capture(path)
@@ -117,7 +93,7 @@ def test_pre_kip152_raw_sasl_tokens_are_relayed(secure_broker, make_topic, tmp_p
 
     topic = make_topic(secure_broker.broker.bootstrap, 1, prefix="sasl-raw")
     path = tmp_path / "raw.pcapng"
-    proxy = _Proxy(secure_broker.listener("SASL_PLAINTEXT"), path, "--record-scope", "all")
+    proxy = _proxy(secure_broker.listener("SASL_PLAINTEXT"), path, "--record-scope", "all")
     common = {
         "bootstrap_servers": proxy.bootstrap,
         "security_protocol": "SASL_PLAINTEXT",
@@ -147,7 +123,7 @@ def test_pre_kip152_raw_sasl_tokens_are_relayed(secure_broker, make_topic, tmp_p
         consumer.commit()
         consumer.close()
     finally:
-        output = proxy.stop()
+        output = proxy.stop().printed
     assert seen == 50
     assert "closing: malformed" not in output and "Traceback" not in output
     capture = read_capture(path)
@@ -164,7 +140,7 @@ def test_a_wrong_password_is_refused_by_the_broker_through_the_proxy(secure_brok
     from confluent_kafka import KafkaError, Producer
 
     path = tmp_path / "refused.pcapng"
-    proxy = _Proxy(secure_broker.listener("SASL_PLAINTEXT"), path)
+    proxy = _proxy(secure_broker.listener("SASL_PLAINTEXT"), path)
     wrong = "not-alices-password"
     errors: list[KafkaError] = []
     try:
@@ -184,7 +160,7 @@ def test_a_wrong_password_is_refused_by_the_broker_through_the_proxy(secure_brok
                 break
         assert any("invalid credentials" in e.str() for e in errors if e.code() == KafkaError._AUTHENTICATION)
     finally:
-        output = proxy.stop()
+        output = proxy.stop().printed
     assert wrong not in output and wrong.encode() not in path.read_bytes()
 
 
@@ -197,7 +173,7 @@ def test_java_consumer_over_sasl_ssl_through_the_proxy(
     proxy_cert = ca.issue("proxy-sasl", tmp_path)
     topic = make_topic(secure_broker.broker.bootstrap, 2, prefix="sasl-java")
     path = tmp_path / "java.pcapng"
-    proxy = _Proxy(
+    proxy = _proxy(
         secure_broker.listener("SASL_SSL"), path,
         "--client-tls-cert", str(proxy_cert.cert), "--client-tls-key", str(proxy_cert.key),
         "--upstream-tls-ca", str(ca.cert),
@@ -211,23 +187,11 @@ def test_java_consumer_over_sasl_ssl_through_the_proxy(
         "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
         f"sasl.jaas.config={jaas}\nssl.truststore.type=PEM\nssl.truststore.location={ca.cert}\n"
     )
-    command_for = demo.clients.command_for
-
-    def with_properties(spec: ConsumerSpec, progress: object = None) -> list[str]:
-        command = command_for(spec, progress)  # type: ignore[arg-type]
-        command.insert(1, f"-Dgroup.replay.client.properties={properties}")
-        return command
-
-    monkeypatch.setattr(demo.clients, "command_for", with_properties)
+    java_client_properties(monkeypatch, properties)
     try:
-        spec = ConsumerSpec(
-            ClientKind.JAVA, proxy.bootstrap, f"sasl-java-{os.getpid()}", (topic,), client_id="sasl-java"
-        )
-        with start_consumer(spec) as java:
-            assigned = java.wait_assigned(timeout_ms=120_000)
-            assert set(assigned.partitions) == {f"{topic}-0", f"{topic}-1"}
+        assert_java_gets_both_partitions(proxy.bootstrap, topic, "sasl-java")
     finally:
-        output = proxy.stop()
+        output = proxy.stop().printed
     capture = read_capture(path)
     assert capture.damage is None
     assert any(f.api_key == ApiKey.SASL_AUTHENTICATE and f.client_id == "sasl-java" for f in capture.frames)

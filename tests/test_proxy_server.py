@@ -16,6 +16,7 @@ from kio.static.primitive import i32, i32Timedelta
 
 from proxy.capture.reader import read_capture
 from proxy.capture.writer import CaptureWriter
+from proxy.commands import PassThrough
 from proxy.server import ProxyConfig, ProxyServer
 from proxy.wire import FrameDecoder, decode_response, encode_response, frame, peek_request_prefix
 from tests.test_proxy_session import _heartbeat, _opaque
@@ -311,20 +312,13 @@ def _leave_group_claiming_2_32_members() -> bytes:
     return frame(header + b"\x02g" + bytes([0x80, 0x80, 0x80, 0x80, 0x10]) + b"\x00")
 
 
-class _RewritesLeaveGroup:
+class _RewritesLeaveGroup(PassThrough):
+    """Must change every LeaveGroup (so it holds and decodes it); changes nothing."""
+
     name = "rewrites-leave-group"
 
     def wants_request(self, api_key: int, api_version: int) -> bool:
         return api_key == 13
-
-    def on_request(self, header: object, request_frame: bytes) -> bytes:
-        return request_frame
-
-    def wants_response(self, request: object) -> bool:
-        return False
-
-    def on_response(self, request: object, response_frame: bytes) -> bytes:
-        return response_frame
 
 
 @pytest.mark.parametrize("must_change", [False, True])

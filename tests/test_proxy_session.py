@@ -17,7 +17,8 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from proxy.addressing import AddressRewriter, StaticDirectory
-from proxy.session import Close, Closed, Opened, ProxySession, Record, SendClient, SendUpstream
+from proxy.commands import Close, Closed, Opened, PassThrough, SendClient, SendUpstream
+from proxy.session import ProxySession, Record
 from proxy.wire import FrameDecoder, decode_response, encode_request, encode_response, frame
 
 
@@ -290,22 +291,13 @@ def test_fast_path_emits_what_the_frame_by_frame_path_emits(
     assert fast.pending_requests == slow.pending_requests == 0
 
 
-class _WantsJoin:
-    """A policy that must change every JoinGroup (so it must decode it)."""
+class _WantsJoin(PassThrough):
+    """A policy that must change every JoinGroup (so it must decode it); changes nothing."""
 
     name = "wants-join"
 
     def wants_request(self, api_key: int, api_version: int) -> bool:
         return api_key == 11
-
-    def on_request(self, header: object, request_frame: bytes) -> bytes:
-        return request_frame
-
-    def wants_response(self, request: object) -> bool:
-        return False
-
-    def on_response(self, request: object, response_frame: bytes) -> bytes:
-        return response_frame
 
 
 def _undecodable_joins() -> list[bytes]:
@@ -331,7 +323,7 @@ def test_undecodable_frames_the_proxy_need_not_change_are_relayed_as_they_are() 
             response = frame((1).to_bytes(4, "big") + b"\x00" * 8)
             commands = session.upstream_data(response, 1)
             assert isinstance(commands[0], SendClient) and not any(isinstance(c, Close) for c in commands)
-        changing = ProxySession(1, policy=_WantsJoin())  # type: ignore[arg-type]
+        changing = ProxySession(1, policy=_WantsJoin())
         commands = changing.client_data(frame(payload), 0)
         assert isinstance(commands[-1], Close), payload
 

@@ -21,13 +21,13 @@ from pathlib import Path
 import kio.schema.api_versions.v3.request as av3
 import pytest
 
-import demo.clients
-from demo.clients import ClientKind, ConsumerSpec, start_consumer
 from proxy.capture.reader import read_capture
 from proxy.capture.writer import CaptureWriter
 from proxy.server import BackgroundProxy, ProxyConfig, parse_hostport
 from proxy.tls import ClientTls, TlsContexts, UpstreamTls
 from proxy.wire import ApiKey, FrameDecoder, encode_request
+from tests.support.java import assert_java_gets_both_partitions, java_client_properties
+from tests.support.proxy import ProxyProcess
 from tests.test_proxy_record_scope import MESSAGES, produce_and_consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -63,19 +63,6 @@ def _common_name(sock: ssl.SSLSocket) -> str:
     return str(subject["commonName"])
 
 
-def _java_over_tls(monkeypatch: pytest.MonkeyPatch, properties: Path) -> None:
-    """The harness's Java consumer, with security settings from a properties file."""
-    command_for = demo.clients.command_for
-
-    def with_properties(spec: ConsumerSpec, progress: object = None) -> list[str]:
-        command = command_for(spec, progress)  # type: ignore[arg-type]
-        if spec.kind is ClientKind.JAVA:
-            command.insert(1, f"-Dgroup.replay.client.properties={properties}")
-        return command
-
-    monkeypatch.setattr(demo.clients, "command_for", with_properties)
-
-
 def test_real_clients_over_tls_on_both_legs_recording(
     secure_broker, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,17 +80,12 @@ def test_real_clients_over_tls_on_both_legs_recording(
     properties.write_text(
         f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca.cert}\n"
     )
-    _java_over_tls(monkeypatch, properties)
+    java_client_properties(monkeypatch, properties)
     try:
         settings = {"security.protocol": "SSL", "ssl.ca.location": str(ca.cert)}
         group = f"tls-{os.getpid()}"
         assert produce_and_consume(proxy.bootstrap, topic, group, settings) == MESSAGES
-        spec = ConsumerSpec(
-            ClientKind.JAVA, proxy.bootstrap, f"tls-java-{os.getpid()}", (topic,), client_id="tls-java"
-        )
-        with start_consumer(spec) as java:
-            assigned = java.wait_assigned(timeout_ms=120_000)
-            assert set(assigned.partitions) == {f"{topic}-0", f"{topic}-1"}
+        assert_java_gets_both_partitions(proxy.bootstrap, topic, "tls-java")
     finally:
         proxy.stop()
     capture = read_capture(path)
@@ -112,32 +94,6 @@ def test_real_clients_over_tls_on_both_legs_recording(
     assert {"tls-java"} <= {f.client_id for f in joins} and len({f.conn for f in joins}) >= 2
     # The clients only ever saw the proxy's TLS listeners, never the broker's.
     assert all(c.upstream != secure_broker.broker.bootstrap for c in capture.connections.values())
-
-
-def _proxy_process(upstream: str, *flags: str) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "group_replay",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--listen",
-            "127.0.0.1:0",
-            *flags,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("proxy listening on "):
-        process.kill()
-        raise AssertionError(f"proxy did not start: {line!r} {process.communicate()[1]}")
-    return process, line.split()[3]
 
 
 def _wait_for_common_name(address: str, ca: Path, expected: str) -> str:
@@ -168,17 +124,18 @@ def test_certificates_rotate_without_dropping_connections(secure_broker, tmp_pat
     )
     served_cert, served_key = tmp_path / "served.pem", tmp_path / "served.key"
     _install(first.cert, first.key, served_cert, served_key)
-    process, address = _proxy_process(
-        secure_broker.listener("SSL"),
+    proxy = ProxyProcess(
+        "--upstream", secure_broker.listener("SSL"),
         "--client-tls-cert", str(served_cert), "--client-tls-key", str(served_key),
         "--upstream-tls-ca", str(ca.cert),
     )  # fmt: skip
+    address = proxy.bootstrap
     try:
         old = _tls_connect(address, ca.cert)
         assert _common_name(old) == "proxy-a" and _round_trip(old, 1)
         # Rotation 1: new files, then SIGHUP.
         _install(second.cert, second.key, served_cert, served_key)
-        process.send_signal(signal.SIGHUP)
+        proxy.send_signal(signal.SIGHUP)
         assert _wait_for_common_name(address, ca.cert, "proxy-b") == "proxy-b"
         # Rotation 2: the files alone (the proxy watches them).
         _install(third.cert, third.key, served_cert, served_key)
@@ -192,8 +149,7 @@ def test_certificates_rotate_without_dropping_connections(secure_broker, tmp_pat
         with _tls_connect(address, ca.cert) as sock:
             assert _common_name(sock) == "proxy-c" and _round_trip(sock, 3)
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
+        err = proxy.stop().stderr
     assert "TLS certificates reloaded" in err
     assert "TLS reload failed, keeping the previous certificates" in err
     assert "Traceback" not in err

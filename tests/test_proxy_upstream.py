@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import kio.schema.api_versions.v0.response as av0
@@ -31,6 +28,7 @@ from proxy.capture.reader import read_capture
 from proxy.server import UpstreamHealth, parse_hostport
 from proxy.upstream import describe_upstream
 from proxy.wire import FrameDecoder, encode_response, frame, peek_request_prefix
+from tests.support.proxy import ProxyProcess
 from tests.test_proxy_broker import _api_versions, _read_frames
 
 ZERO = i32Timedelta.parse(datetime.timedelta(0))
@@ -125,38 +123,22 @@ def test_unreachable_upstream_is_reported_with_backoff() -> None:
     assert health.succeeded("b:1") is None
 
 
-def _start_proxy_command(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    command = [sys.executable, "-m", "group_replay", "proxy", "--listen", "127.0.0.1:0", *args]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    process = subprocess.Popen(
-        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    match = re.search(r"listening on (\S+:\d+)", line)
-    if match is None:
-        process.kill()
-        pytest.fail(f"no listening line: {line!r} {process.communicate()}")
-    return process, match.group(1)
-
-
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_proxy_command_records_relative_path_from_another_directory(broker_factory, tmp_path: Path) -> None:
     broker = broker_factory(KAFKA_39, new_coordinator=False)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    process, address = _start_proxy_command(
-        ["--upstream", broker.bootstrap, "--record", "cap.pcapng"], elsewhere
-    )
+    proxy = ProxyProcess("--upstream", broker.bootstrap, "--record", "cap.pcapng", cwd=elsewhere)
+    address = proxy.bootstrap
     try:
         with socket.create_connection(parse_hostport(address), timeout=30) as sock:
             sock.sendall(_api_versions(1) + _api_versions(2))
             assert len(_read_frames(sock, 2)) == 2
     finally:
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
+        stopped = proxy.stop(signal.SIGINT)
+    out, err = stopped.stdout, stopped.stderr
+    assert stopped.returncode == 0, err
     assert "Traceback" not in err
     assert re.search(r"4 frames \(2 requests\), 0 group API requests, 0 rewrites", out), out
     assert "cap.pcapng" in out and "bytes)" in out
@@ -170,7 +152,8 @@ def test_unreachable_upstream_at_start_is_one_line(tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         dead = probe.getsockname()[1]
-    process, address = _start_proxy_command(["--upstream", f"127.0.0.1:{dead}"], tmp_path)
+    proxy = ProxyProcess("--upstream", f"127.0.0.1:{dead}", cwd=tmp_path)
+    address = proxy.bootstrap
     try:
         for _ in range(20):  # a client retrying
             with socket.create_connection(parse_hostport(address), timeout=30) as sock:
@@ -180,9 +163,9 @@ def test_unreachable_upstream_at_start_is_one_line(tmp_path: Path) -> None:
                 except ConnectionResetError:
                     pass  # closed by the proxy: what a client sees of an unreachable broker
     finally:
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
+        stopped = proxy.stop(signal.SIGINT)
+    out, err = stopped.stdout, stopped.stderr
+    assert stopped.returncode == 0, err
     assert "Traceback" not in err
     assert 1 <= err.count("unreachable") <= 3, err  # at start, then at most a report or two
     assert "20 connections" in out

@@ -12,8 +12,9 @@ from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestP
 from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
 from kio.static.primitive import i16, i32, i32Timedelta
 
+from proxy.commands import SendClient, SendUpstream
 from proxy.rewrite import PolicyError, RewritePolicy, load_policy, parse_policy
-from proxy.session import ProxySession, Record, SendClient, SendUpstream
+from proxy.session import ProxySession, Record
 from proxy.wire import decode_request, decode_response, encode_request, encode_response, peek_request_prefix
 from proxy.wire.convert import convert
 

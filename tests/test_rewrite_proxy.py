@@ -8,9 +8,6 @@ after a bounce gets no SkipAssignment, because a v5 coordinator cannot say it (K
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from harness.admin import create_topic
 from harness.lines import KAFKA_39
 from proxy.capture.reader import exchanges, read_capture
 from proxy.wire import ApiKey
+from tests.support.proxy import ProxyProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,32 +28,6 @@ allow_drop: [reason]
 """
 
 
-def _start_proxy(upstream: str, record: Path, policy: Path) -> tuple[subprocess.Popen[str], str]:
-    command = [
-        sys.executable,
-        "-m",
-        "group_replay",
-        "proxy",
-        "--upstream",
-        upstream,
-        "--listen",
-        "127.0.0.1:0",
-    ]
-    process = subprocess.Popen(
-        [*command, "--record", str(record), "--policy", str(policy)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("proxy listening on "):
-        process.kill()
-        raise RuntimeError(f"proxy did not start: {line!r} {process.stderr.read() if process.stderr else ''}")
-    return process, line.split()[3]
-
-
 @pytest.mark.timeout(400)
 def test_java_group_behind_a_joingroup_v5_proxy(broker_factory, tmp_path: Path) -> None:
     broker = broker_factory(KAFKA_39, new_coordinator=False)
@@ -64,7 +36,10 @@ def test_java_group_behind_a_joingroup_v5_proxy(broker_factory, tmp_path: Path) 
     policy = tmp_path / "joingroup-v5.yaml"
     policy.write_text(POLICY, encoding="utf-8")
     capture_path = tmp_path / "rewrite.pcapng"
-    proxy, bootstrap = _start_proxy(broker.bootstrap, capture_path, policy)
+    proxy = ProxyProcess(
+        "--upstream", broker.bootstrap, "--record", str(capture_path), "--policy", str(policy)
+    )  # fmt: skip
+    bootstrap = proxy.bootstrap
     specs = [
         ConsumerSpec(
             ClientKind.JAVA,
@@ -91,8 +66,7 @@ def test_java_group_behind_a_joingroup_v5_proxy(broker_factory, tmp_path: Path) 
     finally:
         for consumer in consumers:
             consumer.stop()
-        proxy.send_signal(signal.SIGTERM)
-        _, log = proxy.communicate(timeout=60)
+        log = proxy.stop().stderr
     assert "Traceback" not in log, log
 
     capture = read_capture(capture_path)

@@ -64,7 +64,8 @@ SCRIPT = textwrap.dedent(
     # Inputs are made before the guard: reading a capture and a scenario file is the shell's IO.
     import tempfile
     from proxy.capture.reader import read_capture
-    from proxy.session import ProxySession, SendClient, SendUpstream
+    from proxy.commands import SendClient, SendUpstream
+    from proxy.session import ProxySession
     from proxy.wire import encode_request, encode_response
     from replay.plan import build_plan
     from replay.run import replay_reference

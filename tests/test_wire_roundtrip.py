@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from proxy.session import ProxySession, Record, SendUpstream
+from proxy.commands import SendUpstream
+from proxy.session import ProxySession, Record
 from proxy.wire import (
     GROUP_API_KEYS,
     ApiKey,

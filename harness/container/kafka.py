@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import io
 import tarfile
-import time
 
 from testcontainers.core.container import DockerContainer
 
 from harness.broker import TEST_SETTINGS, cluster_id
 from harness.container.image import WAIT_FOR_START
 from harness.lines import LogBinding, line_for
-from harness.probe import api_versions
+from harness.probe import NotAnswering, wait_answering
 
 BROKER_PORT = 9092
 CONTROLLER_PORT = 9093
@@ -127,20 +126,17 @@ class ApacheKafkaContainer(DockerContainer):
 
     def _wait_ready(self, timeout_ms: int) -> None:
         host, port = "127.0.0.1", int(self.get_exposed_port(BROKER_PORT))
-        deadline = time.monotonic() + timeout_ms / 1000
-        last: Exception | None = None
-        while time.monotonic() < deadline:
+
+        def check_alive() -> None:
             wrapped = self.get_wrapped_container()
             wrapped.reload()
             if wrapped.status in ("exited", "dead"):
                 raise ContainerBrokerError(f"container exited before Kafka was ready:\n{self.logs_tail()}")
-            try:
-                api_versions(host, port, timeout_ms=2000)
-                return
-            except (OSError, ConnectionError) as exc:
-                last = exc
-            time.sleep(0.3)
-        raise ContainerBrokerError(
-            f"Kafka in container not ready on {host}:{port} within {timeout_ms} ms ({last}):\n"
-            f"{self.logs_tail()}"
-        )
+
+        try:
+            wait_answering(host, port, timeout_ms, check_alive, poll_s=0.3)
+        except NotAnswering as exc:
+            raise ContainerBrokerError(
+                f"Kafka in container not ready on {host}:{port} within {timeout_ms} ms ({exc.last_error}):\n"
+                f"{self.logs_tail()}"
+            ) from None

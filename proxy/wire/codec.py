@@ -38,24 +38,23 @@ def supports(api_key: int, api_version: int) -> bool:
     return True
 
 
+def _schema(
+    load: Callable[[int, int], type[Entity]], what: str, api_key: int, api_version: int
+) -> type[Entity]:
+    try:
+        return load(api_key, api_version)
+    except KioIndexError as exc:
+        raise UnsupportedVersion(f"no {what} schema for api_key={api_key} api_version={api_version}") from exc
+
+
 @lru_cache(maxsize=4096)
 def request_schema(api_key: int, api_version: int) -> type[Entity]:
-    try:
-        return load_request_schema(api_key, api_version)
-    except KioIndexError as exc:
-        raise UnsupportedVersion(
-            f"no request schema for api_key={api_key} api_version={api_version}"
-        ) from exc
+    return _schema(load_request_schema, "request", api_key, api_version)
 
 
 @lru_cache(maxsize=4096)
 def response_schema(api_key: int, api_version: int) -> type[Entity]:
-    try:
-        return load_response_schema(api_key, api_version)
-    except KioIndexError as exc:
-        raise UnsupportedVersion(
-            f"no response schema for api_key={api_key} api_version={api_version}"
-        ) from exc
+    return _schema(load_response_schema, "response", api_key, api_version)
 
 
 _READERS: dict[object, Callable[[bytes, int], tuple[Entity, int]]] = {}
@@ -145,20 +144,3 @@ def encode_response(entity: Entity, correlation_id: int) -> bytes:
     _writer(header_schema)(buffer, header_schema(correlation_id=i32(correlation_id)))
     _writer(type(entity))(buffer, entity)
     return frame(buffer.getvalue())
-
-
-__all__ = [
-    "CodecError",
-    "Entity",
-    "FrameError",
-    "UnsupportedVersion",
-    "decode_request",
-    "decode_request_body",
-    "decode_response",
-    "decode_response_body",
-    "encode_request",
-    "encode_response",
-    "request_schema",
-    "response_schema",
-    "supports",
-]

@@ -50,20 +50,13 @@ class ClassicGroupManager(JoinGroupHandling):
                 return  # classicGroupSyncToConsumerGroup (KIP-848)
             self._respond(ctx, R.sync_group(api_version, UNKNOWN_MEMBER_ID))
             return
-        if group.is_in(GroupState.DEAD):
-            self._respond(ctx, R.sync_group(api_version, COORDINATOR_NOT_AVAILABLE))
-            return
-        code = self._validate_member(group, member_id, group_instance_id)
-        if code == NONE:
-            if generation_id != group.generation_id:
-                code = ILLEGAL_GENERATION
-            elif (protocol_type is not None and protocol_type != group.protocol_type) or (
-                protocol_name is not None and protocol_name != group.protocol_name
-            ):
-                code = INCONSISTENT_GROUP_PROTOCOL
+        code = self._member_error(group, member_id, group_instance_id, generation_id, "sync-group")
+        if code == NONE and (
+            (protocol_type is not None and protocol_type != group.protocol_type)
+            or (protocol_name is not None and protocol_name != group.protocol_name)
+        ):
+            code = INCONSISTENT_GROUP_PROTOCOL
         if code != NONE:
-            if code == FENCED_INSTANCE_ID:
-                self._fenced(group, member_id, group_instance_id, "sync-group")
             self._respond(ctx, R.sync_group(api_version, code))
             return
         match group.state:
@@ -110,12 +103,7 @@ class ClassicGroupManager(JoinGroupHandling):
                 return  # classicGroupHeartbeatToConsumerGroup (KIP-848)
             self._respond(ctx, R.heartbeat(api_version, UNKNOWN_MEMBER_ID))
             return
-        if group.is_in(GroupState.DEAD):
-            self._respond(ctx, R.heartbeat(api_version, COORDINATOR_NOT_AVAILABLE))
-            return
-        code = self._validate_member(group, member_id, group_instance_id)
-        if code == NONE and generation_id != group.generation_id:
-            code = ILLEGAL_GENERATION
+        code = self._member_error(group, member_id, group_instance_id, generation_id, "heartbeat")
         if code == NONE:
             state = group.state
             if state is GroupState.EMPTY:
@@ -125,9 +113,28 @@ class ClassicGroupManager(JoinGroupHandling):
                 self._schedule_heartbeat(group, member, member.session_timeout_ms)
                 if state is GroupState.PREPARING_REBALANCE:
                     code = REBALANCE_IN_PROGRESS
-        elif code == FENCED_INSTANCE_ID:
-            self._fenced(group, member_id, group_instance_id, "heartbeat")
         self._respond(ctx, R.heartbeat(api_version, code))
+
+    def _member_error(
+        self,
+        group: ClassicGroup,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        operation: str,
+    ) -> int:
+        """The checks SyncGroup and Heartbeat share (GroupMetadataManager.validateSyncGroup's
+        opening, validateClassicGroupHeartbeat): COORDINATOR_NOT_AVAILABLE for a dead group, then
+        ClassicGroup.validateMember (a fenced static member is reported for `operation`), then
+        ILLEGAL_GENERATION; NONE when the member may go on."""
+        if group.is_in(GroupState.DEAD):
+            return COORDINATOR_NOT_AVAILABLE
+        code = self._validate_member(group, member_id, group_instance_id)
+        if code == FENCED_INSTANCE_ID:
+            self._fenced(group, member_id, group_instance_id, operation)
+        elif code == NONE and generation_id != group.generation_id:
+            code = ILLEGAL_GENERATION
+        return code
 
     # --- LeaveGroup --------------------------------------------------------------------------
     def leave_group(self, ctx: RequestContext, request: P.LeaveGroup, group: ClassicGroup | None) -> None:  # noqa: C901 - follows Kafka's classicGroupLeave branch by branch

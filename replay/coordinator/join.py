@@ -20,7 +20,7 @@ from replay.coordinator.codes import (
     UNKNOWN_MEMBER_ID,
     UNKNOWN_SERVER_ERROR,
 )
-from replay.coordinator.group import ClassicGroup, Member, Protocols
+from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.rebalance import Rebalancing
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
 from replay.coordinator.types import GroupEventKind, GroupState, RequestContext
@@ -29,16 +29,11 @@ from replay.coordinator.types import GroupEventKind, GroupState, RequestContext
 class JoinGroupHandling(Rebalancing):
     def join_group(self, ctx: RequestContext, request: P.JoinGroup, group: ClassicGroup | None) -> None:
         """GroupCoordinator.handleJoinGroup (+ KafkaApis.handleJoinGroupRequest version rules)."""
-        (
-            group_id,
-            member_id,
-            group_instance_id,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            protocol_type,
-            protocols,
-            _,
-        ) = request
+        group_id, member_id, session_timeout_ms = (
+            request.group_id,
+            request.member_id,
+            request.session_timeout_ms,
+        )
         if not group_id:
             self._join_error(ctx, member_id, INVALID_GROUP_ID)
             return
@@ -63,26 +58,9 @@ class JoinGroupHandling(Rebalancing):
             group.remove(member_id)
             self._join_error(ctx, UNKNOWN_MEMBER, GROUP_MAX_SIZE_REACHED)
         elif is_unknown_member:
-            self._join_new_member(
-                ctx,
-                group,
-                group_instance_id,
-                rebalance_timeout_ms,
-                session_timeout_ms,
-                protocol_type,
-                protocols,
-            )
+            self._join_new_member(ctx, request, group)
         else:
-            self._join_current_member(
-                ctx,
-                group,
-                member_id,
-                group_instance_id,
-                rebalance_timeout_ms,
-                session_timeout_ms,
-                protocol_type,
-                protocols,
-            )
+            self._join_current_member(ctx, request, group)
         if group.is_in(GroupState.PREPARING_REBALANCE):
             self._try_complete_join(group)
 
@@ -101,12 +79,7 @@ class JoinGroupHandling(Rebalancing):
                 return member_id in group.members or len(group.members) < max_size
 
     def _join_refused(
-        self,
-        ctx: RequestContext,
-        group: ClassicGroup,
-        member_id: str,
-        protocol_type: str,
-        protocols: Protocols,
+        self, ctx: RequestContext, request: P.JoinGroup, group: ClassicGroup, member_id: str
     ) -> bool:
         """The checks both join paths open with (doNewMemberJoinGroup and doCurrentMemberJoinGroup):
         a dead group answers COORDINATOR_NOT_AVAILABLE, protocols the group cannot share answer
@@ -114,84 +87,48 @@ class JoinGroupHandling(Rebalancing):
         if group.is_in(GroupState.DEAD):
             self._join_error(ctx, member_id, COORDINATOR_NOT_AVAILABLE)
             return True
-        if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
+        if not group.supports_protocols(request.protocol_type, {name for name, _ in request.protocols}):
             self._join_error(ctx, member_id, INCONSISTENT_GROUP_PROTOCOL)
             return True
         return False
 
-    def _join_new_member(
-        self,
-        ctx: RequestContext,
-        group: ClassicGroup,
-        group_instance_id: str | None,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        protocol_type: str,
-        protocols: Protocols,
-    ) -> None:
+    def _join_new_member(self, ctx: RequestContext, request: P.JoinGroup, group: ClassicGroup) -> None:
         """GroupCoordinator.doNewMemberJoinGroup / GroupMetadataManager.classicGroupJoinNewMember."""
-        if self._join_refused(ctx, group, UNKNOWN_MEMBER, protocol_type, protocols):
+        if self._join_refused(ctx, request, group, UNKNOWN_MEMBER):
             return
+        group_instance_id = request.group_instance_id
         new_member_id = self._generate_member_id(ctx.client_id, group_instance_id)
         if group_instance_id is not None:
             old_member_id = group.static_member_id(group_instance_id)
             if old_member_id is not None:
                 self._update_static_member_and_rebalance(
-                    ctx,
-                    group,
-                    old_member_id,
-                    new_member_id,
-                    group_instance_id,
-                    protocols,
-                    rebalance_timeout_ms,
-                    session_timeout_ms,
+                    ctx, request, group, old_member_id, new_member_id, group_instance_id
                 )
             else:
-                self._add_member_and_rebalance(
-                    ctx,
-                    group,
-                    new_member_id,
-                    group_instance_id,
-                    rebalance_timeout_ms,
-                    session_timeout_ms,
-                    protocol_type,
-                    protocols,
-                )
+                self._add_member_and_rebalance(ctx, request, group, new_member_id)
         elif ctx.api_version >= 4:
             # doDynamicNewMemberJoinGroup with requireKnownMemberId (JoinGroup v4+, KIP-394).
             group.pending_members.add(new_member_id)
             group_id = group.group_id
             self.timers.schedule(
                 heartbeat_key(group_id, new_member_id),
-                self._now_ms + session_timeout_ms,
+                self._now_ms + request.session_timeout_ms,
                 lambda now: self._expire_heartbeat(group_id, new_member_id),
             )
             self._join_error(ctx, new_member_id, MEMBER_ID_REQUIRED)
         else:
-            self._add_member_and_rebalance(
-                ctx,
-                group,
-                new_member_id,
-                None,
-                rebalance_timeout_ms,
-                session_timeout_ms,
-                protocol_type,
-                protocols,
-            )
+            self._add_member_and_rebalance(ctx, request, group, new_member_id)
 
     def _join_current_member(  # noqa: C901 - follows Kafka's classicGroupJoinExistingMember branch by branch
-        self,
-        ctx: RequestContext,
-        group: ClassicGroup,
-        member_id: str,
-        group_instance_id: str | None,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        protocol_type: str,
-        protocols: Protocols,
+        self, ctx: RequestContext, request: P.JoinGroup, group: ClassicGroup
     ) -> None:
         """GroupCoordinator.doCurrentMemberJoinGroup / classicGroupJoinExistingMember."""
-        if self._join_refused(ctx, group, member_id, protocol_type, protocols):
+        member_id, group_instance_id, protocols = (
+            request.member_id,
+            request.group_instance_id,
+            request.protocols,
+        )
+        if self._join_refused(ctx, request, group, member_id):
             return
         if group.is_pending_member(member_id):
             if group_instance_id is not None:
@@ -199,16 +136,7 @@ class JoinGroupHandling(Rebalancing):
                 # member is always dynamic.
                 self._join_error(ctx, member_id, UNKNOWN_SERVER_ERROR)
                 return
-            self._add_member_and_rebalance(
-                ctx,
-                group,
-                member_id,
-                None,
-                rebalance_timeout_ms,
-                session_timeout_ms,
-                protocol_type,
-                protocols,
-            )
+            self._add_member_and_rebalance(ctx, request, group, member_id)
             return
         code = self._validate_member(group, member_id, group_instance_id)
         if code != NONE:
@@ -220,71 +148,38 @@ class JoinGroupHandling(Rebalancing):
         member.join_api_version = ctx.api_version
         match group.state:
             case GroupState.PREPARING_REBALANCE:
-                self._update_member_and_rebalance(
-                    ctx, group, member, protocols, rebalance_timeout_ms, session_timeout_ms, "rejoin"
-                )
+                self._update_member_and_rebalance(ctx, request, group, member, "rejoin")
             case GroupState.COMPLETING_REBALANCE:
                 if member.matches(protocols):
                     # The member lost its JoinGroup response: answer with the current generation.
                     self._respond(ctx, self._join_result(ctx.api_version, group, member, leader_view=True))
                 else:
-                    self._update_member_and_rebalance(
-                        ctx,
-                        group,
-                        member,
-                        protocols,
-                        rebalance_timeout_ms,
-                        session_timeout_ms,
-                        "metadata changed",
-                    )
+                    self._update_member_and_rebalance(ctx, request, group, member, "metadata changed")
             case GroupState.STABLE:
                 if group.is_leader(member_id):
                     # The leader's JoinGroup forces a rebalance (topic metadata changes).
-                    self._update_member_and_rebalance(
-                        ctx,
-                        group,
-                        member,
-                        protocols,
-                        rebalance_timeout_ms,
-                        session_timeout_ms,
-                        "leader rejoin",
-                    )
+                    self._update_member_and_rebalance(ctx, request, group, member, "leader rejoin")
                 elif not member.matches(protocols):
-                    self._update_member_and_rebalance(
-                        ctx,
-                        group,
-                        member,
-                        protocols,
-                        rebalance_timeout_ms,
-                        session_timeout_ms,
-                        "metadata changed",
-                    )
+                    self._update_member_and_rebalance(ctx, request, group, member, "metadata changed")
                 else:
                     self._respond(ctx, self._join_result(ctx.api_version, group, member, leader_view=False))
             case _:
                 self._join_error(ctx, member_id, UNKNOWN_MEMBER_ID)
 
     def _add_member_and_rebalance(
-        self,
-        ctx: RequestContext,
-        group: ClassicGroup,
-        member_id: str,
-        group_instance_id: str | None,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        protocol_type: str,
-        protocols: Protocols,
+        self, ctx: RequestContext, request: P.JoinGroup, group: ClassicGroup, member_id: str
     ) -> None:
-        """GroupCoordinator.addMemberAndRebalance."""
+        """GroupCoordinator.addMemberAndRebalance (the member's group.instance.id is the request's:
+        a pending member, the only other caller, is always dynamic)."""
         member = Member(
             member_id=member_id,
-            group_instance_id=group_instance_id,
+            group_instance_id=request.group_instance_id,
             client_id=ctx.client_id,
             client_host=ctx.client_host,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            session_timeout_ms=session_timeout_ms,
-            protocol_type=protocol_type,
-            protocols=protocols,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            session_timeout_ms=request.session_timeout_ms,
+            protocol_type=request.protocol_type,
+            protocols=request.protocols,
             join_api_version=ctx.api_version,
             is_new=True,
         )
@@ -300,13 +195,11 @@ class JoinGroupHandling(Rebalancing):
     def _update_static_member_and_rebalance(
         self,
         ctx: RequestContext,
+        request: P.JoinGroup,
         group: ClassicGroup,
         old_member_id: str,
         new_member_id: str,
         group_instance_id: str,
-        protocols: Protocols,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
     ) -> None:
         """GroupCoordinator.updateStaticMemberAndRebalance /
         GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin."""
@@ -327,7 +220,9 @@ class JoinGroupHandling(Rebalancing):
         member = group.replace_static_member(group_instance_id, old_member_id, new_member_id)
         member.join_api_version = ctx.api_version
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
-        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, ctx)
+        group.update_member(
+            member, request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms, ctx
+        )
         self._event(
             GroupEventKind.MEMBER_JOINED, group, member, reason=f"static member replaces {old_member_id}"
         )
@@ -337,34 +232,22 @@ class JoinGroupHandling(Rebalancing):
                     # No rebalance: the member gets the current generation and its old assignment.
                     parked = group.take_join(member)
                     assert parked is not None
-                    if ctx.api_version >= 9:
-                        # KIP-814: the rejoining leader learns it leads, with every member's
-                        # metadata, and skips the assignment.
-                        is_leader = group.is_leader(new_member_id)
-                        response = R.join_group(
-                            ctx.api_version,
-                            NONE,
-                            member_id=new_member_id,
-                            generation_id=group.generation_id,
-                            protocol_type=group.protocol_type,
-                            protocol_name=group.protocol_name,
-                            leader=group.leader_id or "",
-                            skip_assignment=is_leader,
-                            members=group.current_member_metadata() if is_leader else [],
-                        )
-                    else:
-                        # Before v9 the old leader id is returned so that a rejoining leader does
-                        # not assign (its assignment would not be propagated by a Stable group).
-                        response = R.join_group(
-                            ctx.api_version,
-                            NONE,
-                            member_id=new_member_id,
-                            generation_id=group.generation_id,
-                            protocol_type=group.protocol_type,
-                            protocol_name=group.protocol_name,
-                            leader=current_leader or "",
-                            members=[],
-                        )
+                    # KIP-814 (v9+): the rejoining leader learns it leads, with every member's
+                    # metadata, and skips the assignment. Before v9 the old leader id is returned so
+                    # that a rejoining leader does not assign (a Stable group would not propagate it).
+                    kip_814 = ctx.api_version >= 9
+                    is_leader = kip_814 and group.is_leader(new_member_id)
+                    response = R.join_group(
+                        ctx.api_version,
+                        NONE,
+                        member_id=new_member_id,
+                        generation_id=group.generation_id,
+                        protocol_type=group.protocol_type,
+                        protocol_name=group.protocol_name,
+                        leader=(group.leader_id if kip_814 else current_leader) or "",
+                        skip_assignment=is_leader,
+                        members=group.current_member_metadata() if is_leader else [],
+                    )
                     self._respond(parked, response)
                 else:
                     self._maybe_prepare_rebalance(group, "static member rejoined with a protocol change")
@@ -379,14 +262,9 @@ class JoinGroupHandling(Rebalancing):
                 )
 
     def _update_member_and_rebalance(
-        self,
-        ctx: RequestContext,
-        group: ClassicGroup,
-        member: Member,
-        protocols: Protocols,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        reason: str,
+        self, ctx: RequestContext, request: P.JoinGroup, group: ClassicGroup, member: Member, reason: str
     ) -> None:
-        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, ctx)
+        group.update_member(
+            member, request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms, ctx
+        )
         self._maybe_prepare_rebalance(group, f"{reason}: {member.member_id}")

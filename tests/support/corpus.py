@@ -34,7 +34,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +43,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from tests.support.proxy import ProxyProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CORPUS_DIR = REPO_ROOT / "fixtures" / "captures"
@@ -177,38 +178,11 @@ def client_version(client: str) -> str:
 @contextmanager
 def recording_proxy(upstream: str, capture: Path) -> Iterator[str]:
     """`group-replay proxy --record` as a user runs it; yields its bootstrap, stops it with SIGINT."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, group_replay; sys.exit(group_replay.main())",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--listen",
-            "127.0.0.1:0",
-            "--record",
-            str(capture),
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO_ROOT,
-    )
+    proxy = ProxyProcess("--upstream", upstream, "--record", str(capture), "--log-level", "WARNING")
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        while line and "proxy listening on" not in line:
-            line = process.stdout.readline()
-        found = re.search(r"listening on (\S+:\d+)", line)
-        if found is None:
-            raise RuntimeError(f"proxy did not start: {line!r}")
-        yield found.group(1)
+        yield proxy.bootstrap
     finally:
-        process.send_signal(signal.SIGINT)
-        out, _ = process.communicate(timeout=60)
+        out = proxy.stop(signal.SIGINT).stdout
         print(f"    {out.strip().splitlines()[-1] if out.strip() else 'proxy exited'}", flush=True)
 
 
