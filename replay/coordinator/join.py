@@ -21,6 +21,7 @@ from replay.coordinator.codes import (
     UNKNOWN_SERVER_ERROR,
 )
 from replay.coordinator.group import ClassicGroup, Member, Protocols
+from replay.coordinator.persist import store_group
 from replay.coordinator.rebalance import Rebalancing
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
 from replay.coordinator.types import GroupEventKind, GroupState, RequestContext
@@ -365,6 +366,7 @@ class JoinGroupHandling(Rebalancing):
                             leader=current_leader or "",
                             members=[],
                         )
+                    store_group(self._out, group)  # the new member id is persisted (storeGroup)
                     self._respond(parked, response)
                 else:
                     self._maybe_prepare_rebalance(group, "static member rejoined with a protocol change")

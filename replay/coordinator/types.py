@@ -2,7 +2,8 @@
 
 The coordinator is a pure state machine: `GroupCoordinator.handle(now_ms, context, request)` and
 `advance(now_ms)` return lists of outputs that the caller interprets (an asyncio server writes
-`Respond` frames to connections; a replay engine collects `GroupEvent`s).
+`Respond` frames to connections and appends `Append` records to its log; a replay engine collects
+`GroupEvent`s).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from replay.coordinator.records import Append
 from replay.events import EventName
 
 INT32_MAX: Final = 2**31 - 1
@@ -154,4 +156,5 @@ class GroupEvent:
     reason: str = ""
 
 
-Output = Respond | GroupEvent
+# Append: a record for the coordinator's log (records.py), written before the answers after it.
+Output = Respond | GroupEvent | Append
