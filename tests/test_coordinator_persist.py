@@ -189,3 +189,34 @@ def test_loading_nothing_is_epoch_zero() -> None:
     coordinator = GroupCoordinator(CoordinatorConfig())
     state = coordinator.load([], 0)
     assert (state.groups, state.offsets, state.epoch) == ({}, 0, 0)
+
+
+def test_serve_reports_a_damaged_log_and_refuses_an_unusable_state_dir(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.serve import ROOT, start_serve
+
+    state = tmp_path / "state"
+    state.mkdir()
+    good = OffsetCommitRecord("g", "t", 0, OffsetCommitValue(5, -1, "", 1))
+    (state / RECORDS_FILE).write_bytes(encode_line(good) + encode_line(good)[:-9])
+    process, _ = start_serve("t", "--state-dir", str(state))
+    process.terminate()
+    process.wait(timeout=10)
+    assert process.stderr is not None
+    stderr = process.stderr.read()
+    assert "Traceback" not in stderr
+    assert f"{RECORDS_FILE}:2: truncated record" in stderr and "loaded the 1 records before it" in stderr
+    log = read_log((state / RECORDS_FILE).read_bytes())
+    # A log with records and no epoch was written by an epoch 0 coordinator: this start is epoch 1.
+    assert log.damage is None and log.records == [good, CoordinatorEpochRecord(1)]
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    serve = [sys.executable, "-m", "group_replay", "coordinator", "serve", "--port", "0"]
+    done = subprocess.run(
+        [*serve, "--state-dir", str(not_a_dir)],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--state-dir" in done.stderr and "Traceback" not in done.stderr
