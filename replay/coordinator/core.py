@@ -29,6 +29,7 @@ from replay.coordinator.codes import (
     GROUP_ID_NOT_FOUND,
     NON_EMPTY_GROUP,
     NONE,
+    NOT_COORDINATOR,
     UNKNOWN_SERVER_ERROR,
 )
 from replay.coordinator.consumer.service import ConsumerGroupService
@@ -220,6 +221,25 @@ class GroupCoordinator:
             offsets=sum(len(o) for o in self.offsets.offsets.values()),
             epoch=classic.epoch,
         )
+
+    def unload(self, now_ms: int) -> list[Output]:
+        """The log's partition moves to another broker (GroupMetadataManager.onUnloaded;
+        GroupCoordinator.onResignation on Scala): every classic group becomes Dead, and the
+        JoinGroup and SyncGroup requests it holds are answered NOT_COORDINATOR, sending the
+        clients to the new coordinator. Nothing is written; this coordinator serves no more."""
+        classic = self.classic
+        classic.fire_due(now_ms)
+        for group in list(classic.groups.values()):
+            for member in group.members.values():
+                joined = group.take_join(member)
+                if joined is not None:
+                    classic._join_error(joined, member.member_id, NOT_COORDINATOR)
+                synced = group.take_sync(member)
+                if synced is not None:
+                    classic._respond(synced, R.sync_group(synced.api_version, NOT_COORDINATOR))
+            classic._transition(group, GroupState.DEAD, "coordinator unloaded")
+        classic.timers = KeyedTimers()
+        return classic.take_outputs()
 
     def supports(self, api_key: int) -> bool:
         return api_key in self.routes
