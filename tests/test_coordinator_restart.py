@@ -162,8 +162,10 @@ def observe_restart(bootstrap: str, group: str, topic: str, restart: Callable[[]
 
 
 @contextmanager
-def _serve(topic: str, state_dir: Path | None) -> Iterator[tuple[str, Callable[[], None]]]:
-    extra = ("--state-dir", str(state_dir)) if state_dir is not None else ()
+def _serve(topic: str, state_dir: Path | None, behaviour: str) -> Iterator[tuple[str, Callable[[], None]]]:
+    extra: tuple[str, ...] = ("--behaviour", behaviour)
+    if state_dir is not None:
+        extra += ("--state-dir", str(state_dir))
     process, port = start_serve(f"{topic}:2", *extra)
     processes = [process]
 
@@ -187,24 +189,33 @@ def _serve(topic: str, state_dir: Path | None) -> Iterator[tuple[str, Callable[[
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("broker", "behaviour"), [("kafka_39", "scala-3.9"), ("kafka_4x", "new-coordinator")]
+)
 def test_serve_with_a_state_dir_survives_a_restart_as_a_kafka_broker_does(
-    kafka_39: Any, make_topic: Callable[..., str], tmp_path: Path
+    broker: str,
+    behaviour: str,
+    request: pytest.FixtureRequest,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
 ) -> None:
-    topic = make_topic(kafka_39.bootstrap, 2, prefix="restart")
+    """Kafka 3.9's Scala coordinator and 4.x's new one, each against serve behaving as it."""
+    kafka_broker = request.getfixturevalue(broker)
+    topic = make_topic(kafka_broker.bootstrap, 2, prefix="restart")
     from tests.serve_fuzz import wait_coordinator_ready
 
     group = f"restart-{topic}"
-    port = int(kafka_39.bootstrap.rpartition(":")[2])
+    port = int(kafka_broker.bootstrap.rpartition(":")[2])
     asyncio.run(wait_coordinator_ready("127.0.0.1", port, (group,)))
-    kafka = observe_restart(kafka_39.bootstrap, group, topic, kafka_39.restart)
+    kafka = observe_restart(kafka_broker.bootstrap, group, topic, kafka_broker.restart)
     assert kafka["member ids kept"] and kafka["generation kept"] == "none", kafka
 
-    with _serve(topic, tmp_path / "state") as (bootstrap, restart):
+    with _serve(topic, tmp_path / "state", behaviour) as (bootstrap, restart):
         served = observe_restart(bootstrap, group, topic, restart)
     assert served == kafka, (served, kafka)
     assert kafka["committed offsets after the restart"] == {0: 5, 1: 6}
 
-    with _serve(topic, None) as (bootstrap, restart):  # the control: a serve that forgets
+    with _serve(topic, None, behaviour) as (bootstrap, restart):  # the control: a serve that forgets
         forgetful = observe_restart(bootstrap, group, topic, restart)
     # It forgets the group: the members rejoin (a rebalance) and their offsets are gone. (Their new
     # member ids equal the old ones: without a log the coordinator starts again at epoch 0 and the
