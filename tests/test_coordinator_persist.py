@@ -220,3 +220,13 @@ def test_serve_reports_a_damaged_log_and_refuses_an_unusable_state_dir(tmp_path:
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "--state-dir" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_loaded_group_over_the_max_size_rebalances() -> None:
+    """onLoaded: "Freshly-loaded group is over capacity": a rebalance lets consumers commit."""
+    sim = Sim()
+    form_group(sim, [(1, None), (2, None), (3, None)])
+    smaller = Sim(CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_max_size=2), now_ms=sim.now_ms)
+    smaller.coordinator.load(sim.records, sim.now_ms)
+    assert smaller.state() == "PreparingRebalance"
+    assert restarted(sim, sim.now_ms).state() == "Stable"  # the same log under the old limit

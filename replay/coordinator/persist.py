@@ -87,8 +87,6 @@ def loaded_group(value: GroupMetadataValue, group: ClassicGroup) -> None:
     """GroupMetadataManager.replay: fill a new Empty `group` from `value` (Stable when it has
     members; a member's rebalance timeout of -1 means its session timeout)."""
     group.generation_id = value.generation
-    protocol_type = value.protocol_type or None
-    group.protocol_type = protocol_type
     group.protocol_name = value.protocol
     if value.current_state_timestamp_ms != -1:
         group.state_timestamp_ms = value.current_state_timestamp_ms
@@ -108,6 +106,7 @@ def loaded_group(value: GroupMetadataValue, group: ClassicGroup) -> None:
             assignment=m.assignment,
         )
         group.add(member, None)
+    group.protocol_type = value.protocol_type or None  # after `add`, which sets it from a member
     group.leader_id = value.leader if value.members else None
     if value.members:
         group.state = GroupState.STABLE
