@@ -12,6 +12,7 @@ replay (it would take restarting the broker): those runs keep theirs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,9 @@ def schedule_restarts(runner: Any, settle_ms: int) -> int:
     the last one is (0 without any), for the run to last past it."""
     transport = runner.transport
     in_process = hasattr(transport, "coordinator") and hasattr(transport, "records")
+    if in_process and runner.scenario.coordinator_restarts:  # before any request: a full log
+        config = transport.coordinator.config
+        transport.coordinator.config = dataclasses.replace(config, write_records=True)
     latest = 0
     for restart in runner.scenario.coordinator_restarts:
         if in_process:

@@ -23,7 +23,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import IO, Any
 
 from proxy.wire import (
@@ -91,6 +91,8 @@ class ReferenceServer:
         consumer_config: ConsumerGroupConfig | None = None,
         state: tuple[StateLog, LogContents] | None = None,
     ) -> None:
+        if state is not None:
+            config = replace(config, write_records=True)  # the log gets the coordinator's records
         self.config = config
         self.coordinator = GroupCoordinator(config)
         self.topics = dict(topics)

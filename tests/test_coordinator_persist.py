@@ -21,6 +21,7 @@ from tests.coordinator_sim import Sim
 from tests.test_coordinator import form_group
 
 E = ErrorCode
+WRITING = CoordinatorConfig(group_initial_rebalance_delay_ms=0, write_records=True)
 
 
 def restarted(sim: Sim, at_ms: int, before: tuple[Record, ...] = ()) -> Sim:
@@ -36,7 +37,7 @@ def restarted(sim: Sim, at_ms: int, before: tuple[Record, ...] = ()) -> Sim:
 
 
 def test_a_completed_generation_and_offsets_survive_a_restart() -> None:
-    sim = Sim()
+    sim = Sim(WRITING)
     ids = form_group(sim, [(1, "static-a"), (2, None), (3, "static-c")])
     group = sim.coordinator.groups["g"]
     leader, generation = group.leader_id, group.generation_id
@@ -80,7 +81,7 @@ def test_a_completed_generation_and_offsets_survive_a_restart() -> None:
 
 def test_members_that_do_not_come_back_expire_after_their_session_timeout() -> None:
     """onLoaded: every loaded member's heartbeat deadline starts at the load."""
-    sim = Sim()
+    sim = Sim(WRITING)
     ids = form_group(sim, [(1, None), (2, None)])
     generation = sim.coordinator.groups["g"].generation_id
     load_ms = sim.now_ms + 60_000
@@ -95,7 +96,7 @@ def test_members_that_do_not_come_back_expire_after_their_session_timeout() -> N
 
 def test_a_group_is_loaded_as_of_its_last_record() -> None:
     """A rebalance in progress at the crash is not in the log: the last generation comes back."""
-    sim = Sim()
+    sim = Sim(WRITING)
     ids = form_group(sim, [(1, None), (2, None)])
     generation = sim.coordinator.groups["g"].generation_id
     sim.join(1, 3, ids[1])  # a rejoin starts a rebalance; then the coordinator dies
@@ -108,7 +109,7 @@ def test_a_replaced_static_member_id_is_persisted() -> None:
     """kafkatest's test_static_consumer_persisted_after_rejoin: a static member that restarts gets
     a new member id (updateStaticMemberAndRebalance writes the group); after a coordinator move the
     new id is the member's and the old one is fenced."""
-    sim = Sim()
+    sim = Sim(WRITING)
     ids = form_group(sim, [(1, "s1"), (2, "s2")])
     generation = sim.coordinator.groups["g"].generation_id
     rejoined = sim.answer(sim.join(1, 5, group_instance_id="s1"))
@@ -121,7 +122,7 @@ def test_a_replaced_static_member_id_is_persisted() -> None:
 
 
 def test_empty_groups_deletions_and_offset_tombstones() -> None:
-    sim = Sim()
+    sim = Sim(WRITING)
     ids = form_group(sim, [(1, None)])
     generation = sim.coordinator.groups["g"].generation_id
     sim.call(1, 8, Q.offset_commit(8, "g", generation, ids[1], {("t", 0): 1, ("u", 0): 2}))
@@ -224,9 +225,21 @@ def test_serve_reports_a_damaged_log_and_refuses_an_unusable_state_dir(tmp_path:
 
 def test_a_loaded_group_over_the_max_size_rebalances() -> None:
     """onLoaded: "Freshly-loaded group is over capacity": a rebalance lets consumers commit."""
-    sim = Sim()
+    sim = Sim(WRITING)
     form_group(sim, [(1, None), (2, None), (3, None)])
     smaller = Sim(CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_max_size=2), now_ms=sim.now_ms)
     smaller.coordinator.load(sim.records, sim.now_ms)
     assert smaller.state() == "PreparingRebalance"
     assert restarted(sim, sim.now_ms).state() == "Stable"  # the same log under the old limit
+
+
+def test_records_are_written_only_when_asked() -> None:
+    """A record per generation copies every member: only a shell that keeps a log asks for them."""
+    sim = Sim()
+    ids = form_group(sim, [(1, None)])
+    sim.call(1, 8, Q.offset_commit(8, "g", 1, ids[1], {("t", 0): 5}))
+    assert sim.records == []
+    writing = Sim(WRITING)
+    ids = form_group(writing, [(1, None)])
+    writing.call(1, 8, Q.offset_commit(8, "g", 1, ids[1], {("t", 0): 5}))
+    assert [type(r) for r in writing.records] == [GroupMetadataRecord, OffsetCommitRecord]

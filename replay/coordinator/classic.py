@@ -80,7 +80,7 @@ class ClassicGroupManager(JoinGroupHandling):
                     assignments = dict(request.assignments)
                     for m in group.members.values():
                         m.assignment = assignments.get(m.member_id, b"")
-                    store_group(self._out, group)  # doSyncGroup's storeGroup, then propagate
+                    store_group(self, group)  # doSyncGroup's storeGroup, then propagate
                     self._propagate_assignment(group, NONE)
                     self._transition(group, GroupState.STABLE, "leader sent the assignment")
             case GroupState.STABLE:

@@ -366,7 +366,7 @@ class JoinGroupHandling(Rebalancing):
                             leader=current_leader or "",
                             members=[],
                         )
-                    store_group(self._out, group)  # the new member id is persisted (storeGroup)
+                    store_group(self, group)  # the new member id is persisted (storeGroup)
                     self._respond(parked, response)
                 else:
                     self._maybe_prepare_rebalance(group, "static member rejoined with a protocol change")

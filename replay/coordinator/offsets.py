@@ -29,7 +29,7 @@ from replay.coordinator.codes import (
 )
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
-from replay.coordinator.persist import offset_record
+from replay.coordinator.persist import store_offset
 from replay.coordinator.records import OffsetCommitValue
 from replay.coordinator.runtime import UNKNOWN_MEMBER
 from replay.coordinator.types import GroupState, KafkaBehaviour, RequestContext
@@ -96,13 +96,12 @@ class OffsetMetadataManager:
         now_ms = manager._now_ms
         answered = []
         err = R.error(code)
-        out = manager._out
         for name, partitions in topics:
             if stored is not None:
                 for p in partitions:
                     tp = (str(name), p.partition)
                     stored[tp] = committed = CommittedOffset(p.offset, p.leader_epoch, p.metadata, now_ms)
-                    out.append(offset_record(group_id, tp, committed))  # newOffsetCommitRecord
+                    store_offset(manager, group_id, tp, committed)  # newOffsetCommitRecord
             entries = tuple(partition_cls(partition_index=p.partition, error_code=err) for p in partitions)
             if by_id:
                 answered.append(topic_cls(topic_id=name, partitions=entries))
@@ -261,10 +260,9 @@ class OffsetMetadataManager:
         offsets = self.offsets.get(group_id)
         if offsets is None:
             return
-        out = self.groups._out
         for tp in partitions:
             if offsets.pop(tp, None) is not None:
-                out.append(offset_record(group_id, tp, None))
+                store_offset(self.groups, group_id, tp, None)
         if not offsets:
             del self.offsets[group_id]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.records import (
@@ -32,7 +33,7 @@ from replay.coordinator.records import (
     OffsetCommitValue,
     Record,
 )
-from replay.coordinator.types import GroupState, Output
+from replay.coordinator.types import CoordinatorConfig, GroupState, Output
 
 TopicPartition = tuple[str, int]
 
@@ -65,12 +66,24 @@ def group_metadata_record(group: ClassicGroup) -> GroupMetadataRecord:
     return GroupMetadataRecord(group.group_id, value)
 
 
-def store_group(out: list[Output], group: ClassicGroup) -> None:
-    out.append(Append(group_metadata_record(group)))
+class Writer(Protocol):
+    """What writes records: the coordinator runtime (its config and its outputs)."""
+
+    config: CoordinatorConfig
+    _out: list[Output]
 
 
-def offset_record(group_id: str, tp: TopicPartition, value: OffsetCommitValue | None) -> Append:
-    return Append(OffsetCommitRecord(group_id, tp[0], tp[1], value))
+def store_group(runtime: Writer, group: ClassicGroup) -> None:
+    """Append the group's record, when the coordinator writes records (`write_records`: a
+    record per generation copies every member, which only a shell that keeps a log pays for)."""
+    if runtime.config.write_records:
+        runtime._out.append(Append(group_metadata_record(group)))
+
+
+def store_offset(runtime: Writer, group_id: str, tp: TopicPartition, value: OffsetCommitValue | None) -> None:
+    """Append an offset's record (None: its tombstone), when the coordinator writes records."""
+    if runtime.config.write_records:
+        runtime._out.append(Append(OffsetCommitRecord(group_id, tp[0], tp[1], value)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +156,10 @@ def replay_records(records: Iterable[Record]) -> tuple[dict[str, GroupMetadataVa
 
 __all__ = [
     "LoadedState",
+    "Writer",
     "group_metadata_record",
     "loaded_group",
-    "offset_record",
     "replay_records",
     "store_group",
+    "store_offset",
 ]

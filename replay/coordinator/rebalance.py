@@ -145,7 +145,7 @@ class Rebalancing(CoordinatorRuntime):
             self._transition(group, GroupState.EMPTY, "join phase complete with no members")
         group.pending_sync_members.clear()
         if group.is_in(GroupState.EMPTY):
-            store_group(self._out, group)  # completeClassicGroupJoin writes the empty generation
+            store_group(self, group)  # completeClassicGroupJoin writes the empty generation
             return
         for member in group.members.values():
             parked = group.take_join(member)

@@ -197,7 +197,8 @@ class CoordinatorRuntime:
         """The group becomes Dead and is forgotten (GroupMetadataManager's group removal); the
         caller has dropped its offsets."""
         self._transition(group, GroupState.DEAD, reason)
-        self._out.append(Append(GroupMetadataRecord(group.group_id, None)))  # the tombstone
+        if self.config.write_records:
+            self._out.append(Append(GroupMetadataRecord(group.group_id, None)))  # the tombstone
         del self.groups[group.group_id]
         self._initial_join_pending.discard(group.group_id)
 

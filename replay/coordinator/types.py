@@ -55,6 +55,9 @@ class CoordinatorConfig:
     member_ids: Callable[[str, str | None], str | None] | None = None
     offsets_retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS
     offsets_retention_ms: int = OFFSETS_RETENTION_MS
+    # Emit the records Kafka writes to __consumer_offsets as `Append` outputs (records.py):
+    # on for a shell that keeps a log (serve --state-dir, a scenario's coordinator_restarts).
+    write_records: bool = False
     # What FindCoordinator answers (the coordinator itself; the server sets its listener).
     node_id: int = 0
     host: str = "127.0.0.1"
