@@ -17,10 +17,11 @@ GroupCoordinatorRecordHelpers.java; GroupMetadataManager.scala `groupMetadataVal
   random UUID, so a restarted broker never issues one twice; ours are counters (reproducible
   runs), so each start writes its epoch and the ids it issues carry it.
 
-The coordinator emits each record as an `Append` output, before the responses it comes with (a
-Kafka coordinator answers once the records are written); the shell appends them to its log and
-replays them on start (`replay.coordinator.persist`). `encode_record`/`decode_record` map a record
-to and from a JSON-able dict (Kafka's field names) and are pure: the shell owns the file.
+With `CoordinatorConfig.write_records` the coordinator emits each record as an `Append` output,
+before the responses it comes with (a Kafka coordinator answers once the records are written);
+the shell appends them to its log and replays them on start (`replay.coordinator.persist`).
+`encode_record`/`decode_record` map a record to and from a JSON-able dict (Kafka's field names)
+and are pure: the shell owns the file.
 """
 
 from __future__ import annotations
