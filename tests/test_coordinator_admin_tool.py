@@ -4,9 +4,9 @@ and 4.3.1, unchanged) against `coordinator serve` and a real broker (issue 15): 
 `--reset-offsets --to-earliest --execute` print the same, once what only differs by
 construction is normalised (member ids, client hosts, the coordinator's address and node id).
 
-Each side gets the same groups over the wire: `live`, one consumer-protocol member (subscribed to
-the topic, assigned both its partitions, offsets 5 and 7 committed) kept Stable by the open
-connection; `empty`, the same left Empty by a LeaveGroup. The topic has two partitions and no
+Each side gets the same groups over the wire: `live`, one static consumer-protocol member
+(subscribed to the topic, assigned both its partitions, offsets 5 and 7 committed) kept Stable
+by the open connection; `empty`, the same left Empty by a LeaveGroup. The topic has two partitions and no
 records on either side (log end offset 0).
 """
 
@@ -40,22 +40,29 @@ async def _setup(port: int, empty: str, live: str, topic: str) -> tuple[WireClie
     subscription = encode_subscription([topic])
     assignment = encode_assignment({topic: [0, 1]})
     member_ids = []
-    for group_id in (empty, live):
+    for group_id, instance_id in ((empty, None), (live, "static-live")):  # live: a static member
+        api_version = 3 if instance_id is None else 5
         joined = await call(
             Q.join_group(
-                3, group_id, session_timeout_ms=300_000, rebalance_timeout_ms=60_000,
-                protocols=(("range", subscription),),
+                api_version, group_id, group_instance_id=instance_id, session_timeout_ms=300_000,
+                rebalance_timeout_ms=60_000, protocols=(("range", subscription),),
             )
         )  # fmt: skip
         member_id = joined.member_id
         member_ids.append(member_id)
         synced = await call(
-            Q.sync_group(3, group_id, joined.generation_id, member_id, assignments={member_id: assignment})
-        )
+            Q.sync_group(
+                api_version, group_id, joined.generation_id, member_id, group_instance_id=instance_id,
+                assignments={member_id: assignment},
+            )
+        )  # fmt: skip
         assert synced.error_code == 0, synced
         committed = await call(
-            Q.offset_commit(8, group_id, joined.generation_id, member_id, {(topic, 0): 5, (topic, 1): 7})
-        )
+            Q.offset_commit(
+                8, group_id, joined.generation_id, member_id, {(topic, 0): 5, (topic, 1): 7},
+                group_instance_id=instance_id,
+            )
+        )  # fmt: skip
         assert {p.error_code for t in committed.topics for p in t.partitions} == {0}, committed
         if group_id == empty:
             await call(Q.leave_group(3, group_id, [(member_id, None)]))
@@ -156,7 +163,7 @@ def test_kafka_consumer_groups_prints_the_same_against_serve_and_kafka(
         assert (served_code, served_lines) == (kafka_code, kafka_lines), (what, served, kafka)
     # The comparison compares something: each command printed its table or its error.
     assert kafka[0][2] == sorted([empty, live])
-    member_row = f"{live} <member-1> <host> admin-tool-setup 2 "
+    member_row = f"{live} <member-1> static-live <host> admin-tool-setup 2 "
     assert any(line.startswith(member_row) for line in kafka[1][2]), kafka[1]
     assert any("Stable" in line for line in kafka[2][2]) and any("Empty" in line for line in kafka[5][2])
     reset = " ".join(kafka[7][2])  # 3.9.2 prints the rows without line breaks
