@@ -163,6 +163,23 @@ class Broker:
                 shutil.rmtree(self.plan.work_dir, ignore_errors=True)
         return self.process.returncode
 
+    def start_again(self, ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS) -> None:
+        """Start a stopped (or killed) broker again on its ports and data; returns once it answers."""
+        if self.is_running():
+            return
+        if self.zookeeper is not None:
+            raise BrokerError("a ZooKeeper-mode broker is not started again (its ZooKeeper stopped with it)")
+        self.process = spawn(self.plan, detach=False)
+        self._stopped = False
+        track(self)
+        wait_ready(self.plan, self.process, ready_timeout_ms)
+
+    def restart(self, ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS) -> None:
+        """A broker restart: controlled shutdown, then the same broker on the same data (its groups
+        are loaded back from __consumer_offsets)."""
+        self.stop(remove_data=False)
+        self.start_again(ready_timeout_ms)
+
     def __enter__(self) -> Broker:
         return self
 

@@ -84,12 +84,7 @@ class Cluster:
     def restart(self, node_id: int, ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS) -> Broker:
         """Start a stopped or killed node again on its ports and data; returns once it answers."""
         broker = self.node(node_id)
-        if broker.is_running():
-            return broker
-        broker.process = spawn(broker.plan, detach=False)
-        broker._stopped = False
-        track(broker)
-        wait_ready(broker.plan, broker.process, ready_timeout_ms)
+        broker.start_again(ready_timeout_ms)
         return broker
 
     def stop(self) -> None:

@@ -139,3 +139,9 @@ def broker_libs(kafka_version: str, progress: ProgressCallback | None = None) ->
 def client_libs(kafka_version: str, progress: ProgressCallback | None = None) -> Path:
     """kafka-clients `kafka_version` + slf4j-simple, for the Java consumer."""
     return fetch_jars(paths.clients_dir(kafka_version), "kafka-clients.xml", kafka_version, progress=progress)
+
+
+def tools_libs(kafka_version: str, progress: ProgressCallback | None = None) -> Path:
+    """kafka-tools `kafka_version` (kafka-consumer-groups and the other command-line tools)."""
+    target = paths.cache_root() / "tools" / kafka_version
+    return fetch_jars(target, "kafka-tools.xml", kafka_version, progress=progress)

@@ -27,7 +27,7 @@ from proxy.membership import render_instance_id
 from proxy.wire import response_schema
 from replay.brokers import group_settings
 from replay.clock import VirtualClock
-from replay.coordinator import CoordinatorConfig, GroupCoordinator, RequestContext, Respond
+from replay.coordinator import Append, CoordinatorConfig, GroupCoordinator, Record, RequestContext, Respond
 from replay.events import EventName, RebalanceEvent
 from replay.member import (
     HEARTBEAT,
@@ -44,6 +44,7 @@ from replay.member import (
     companion_versions,
     from_values,
 )
+from replay.moves import schedule_restarts
 from replay.observe import Exchange, GroupObserver
 from replay.plan import MemberScript, RecordedMemberIds, ReplayPlan
 from replay.scenario import (
@@ -281,6 +282,7 @@ class Runner:
             end_ms = max(end_ms, first_bounce + count * rolling.interval_ms + rolling.downtime_ms)
         else:
             self.window_start_ms = settle_ms if scenario is not AS_RECORDED else 0
+        end_ms = max(end_ms, schedule_restarts(self, settle_ms))  # scenario coordinator_restarts
         return end_ms + scenario.duration_ms
 
     def _bounced_count(self) -> int:
@@ -426,6 +428,7 @@ class CoordinatorTransport:
     def __init__(self, runner: Runner, config: CoordinatorConfig | None) -> None:
         self.runner = runner
         self.coordinator = GroupCoordinator(config)
+        self.records: list[Record] = []  # the coordinator's log (replay.coordinator.records)
         self._correlation = 0
         self._pending: dict[tuple[int, int], InFlight] = {}
         self._queued: dict[int, list[InFlight]] = {}  # connection -> requests behind its unanswered one
@@ -466,7 +469,9 @@ class CoordinatorTransport:
 
     def outputs(self, now_ms: int, outputs: list[Any]) -> None:
         for output in outputs:
-            if isinstance(output, Respond):
+            if type(output) is Append:
+                self.records.append(output.record)
+            elif isinstance(output, Respond):
                 flight = self._pending.pop(
                     (output.context.connection_id, output.context.correlation_id), None
                 )
@@ -487,9 +492,10 @@ def run_virtual(
     """Jump from member action to coordinator deadline until the scenario's end."""
     runner.transport = transport
     end_ms = runner.schedule()
-    coordinator, heap, clock = transport.coordinator, runner._heap, runner.clock
+    heap, clock = runner._heap, runner.clock
     last_report = 0
     while True:
+        coordinator = transport.coordinator  # a scenario's coordinator_restarts replace it
         next_action = heap[0][0] if heap else None
         deadline = coordinator.next_deadline()
         if next_action is None and deadline is None:
@@ -525,7 +531,8 @@ def replay_reference(
     broker's group settings (capture header; Kafka's defaults where unknown) unless `config`."""
     if config is None:
         config = group_settings(plan.group_settings).coordinator_config()
-    if config.member_ids is None and not (scenario.members or scenario.rolling or scenario.faults):
+    changed = scenario.members or scenario.rolling or scenario.faults or scenario.coordinator_restarts
+    if config.member_ids is None and not changed:
         # the recorded membership: the members get the ids the recorded broker gave them
         config = dataclasses.replace(config, member_ids=RecordedMemberIds(plan))
     runner = Runner(plan, scenario, "reference")

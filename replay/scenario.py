@@ -36,6 +36,10 @@ unless noted; every number is bounded, ranges in brackets):
       - match: selector  api: Api  kind: delay | drop | error
         at_ms: int [0..3600000]  count: int (default 1) [1..10000]  delay_ms: int [0..1800000]
         error_code: int [-1..32767]
+    coordinator_restarts:          the group coordinator moves (a broker roll) and loads the group
+      - at_ms: int [0..3600000]    from its log, like kafkatest's test_static_consumer_persisted_
+                                   after_rejoin; ms after the last member's first join. Reference
+                                   runs only: a live broker's coordinator stays where it is
     expect:
       rebalances: int | {min: int, max: int}   rebalance_started events in the replayed run
       fenced: int | [member_key glob]  expired: int | [glob]      counts [0..1000000]
@@ -152,6 +156,13 @@ class Fault:
 
 
 @dataclass(frozen=True, slots=True)
+class CoordinatorRestart:
+    """The coordinator restarts from its records `at_ms` after the last member's first join."""
+
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class CountExpectation:
     """An exact count, a range, or a list of member-key globs that must be exactly the ones seen."""
 
@@ -206,6 +217,7 @@ class Scenario:
     faults: tuple[Fault, ...] = ()
     expect: Expectations = Expectations()
     text: str = field(default="", compare=False, repr=False)
+    coordinator_restarts: tuple[CoordinatorRestart, ...] = ()
 
 
 AS_RECORDED = Scenario(name="as-recorded", description="the capture replayed as it ran", source="builtin")
@@ -336,6 +348,10 @@ class _Reader(YamlReader):
             error_code=self.optional_int(fields, "error_code", path, 0, *ERROR_CODE_RANGE),
         )
 
+    def coordinator_restart(self, node: yaml.Node, path: str) -> CoordinatorRestart:
+        fields = self.mapping(node, path, {"at_ms"}, {"at_ms"})
+        return CoordinatorRestart(self.integer(fields["at_ms"], f"{path}.at_ms", 0, MAX_SPAN_MS))
+
     def expectations(self, node: yaml.Node) -> Expectations:
         fields = self.mapping(
             node, "expect", {"rebalances", "fenced", "expired", "leader_skips_assignment", "errors"}
@@ -378,6 +394,7 @@ def parse_scenario(text: str, source: str) -> Scenario:
             "rolling",
             "faults",
             "expect",
+            "coordinator_restarts",
         },
         {"name", "description"},
     )
@@ -412,6 +429,12 @@ def parse_scenario(text: str, source: str) -> Scenario:
         faults=tuple(faults),
         expect=r.expectations(top["expect"]) if "expect" in top else Expectations(),
         text=text,
+        coordinator_restarts=tuple(
+            r.coordinator_restart(n, f"coordinator_restarts[{i}]")
+            for i, n in enumerate(r.sequence(top["coordinator_restarts"], "coordinator_restarts"))
+        )
+        if "coordinator_restarts" in top
+        else (),
     )
 
 
@@ -462,6 +485,7 @@ def resolve_scenario(name_or_file: str | None) -> Scenario:
 __all__ = [
     "AS_RECORDED",
     "BounceOrder",
+    "CoordinatorRestart",
     "CountExpectation",
     "Expectations",
     "Fault",

@@ -16,6 +16,7 @@ from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
 from replay.coordinator.consumer.group import MigrationPolicy
 from replay.server import serve
+from replay.state_log import StateDirError, StateLog
 
 
 def parse_topics(text: str) -> dict[str, int]:
@@ -94,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Kafka's group.consumer.migration.policy: the online classic <-> consumer group "
         "conversion (default %(default)s; Kafka's default is bidirectional)",
     )
+    s.add_argument(
+        "--state-dir",
+        type=Path,
+        help="keep the coordinator's records (Kafka's __consumer_offsets: group metadata per generation, "
+        "committed offsets) in DIR and load them on start, so that groups survive a restart",
+    )
     s.add_argument("--events", type=Path, help="append the coordinator's group events here (JSON Lines)")
     s.add_argument("--log-level", default="WARNING", help="Python logging level (default %(default)s)")
     return parser
@@ -120,6 +127,13 @@ def main(argv: list[str]) -> int:
         host=args.host,
         port=args.port,
     )
+    state = None
+    if args.state_dir is not None:
+        try:
+            state = StateLog.open(args.state_dir)
+        except StateDirError as exc:
+            print(f"group-replay coordinator: --state-dir: {exc}", file=sys.stderr)
+            return 2
     events_out = args.events.open("a", encoding="utf-8") if args.events else None
     try:
         consumer_config = ConsumerGroupConfig(
@@ -138,6 +152,7 @@ def main(argv: list[str]) -> int:
                 events_out,
                 ready=sys.stdout,
                 consumer_config=consumer_config,
+                state=state,
             )
         )
     except KeyboardInterrupt:
@@ -148,4 +163,6 @@ def main(argv: list[str]) -> int:
     finally:
         if events_out is not None:
             events_out.close()
+        if state is not None:
+            state[0].close()
     return 0

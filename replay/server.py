@@ -7,6 +7,12 @@ and empty ListOffsets/Fetch so that consumers keep polling. Like a Kafka broker,
 has one request in flight: while a JoinGroup or SyncGroup is parked, that connection's next
 requests wait (Kafka mutes the channel until the response is sent). A timer task calls
 `advance()` at `next_deadline()`.
+
+With a `StateLog` (`--state-dir`) the coordinator's records are appended to it before the answers
+they come with, and loaded on start (`GroupCoordinator.load`): groups, generations, member ids and
+committed offsets survive a restart, as they survive a Kafka broker's. The clock is the wall
+clock's milliseconds (as Kafka's record timestamps are), so that commit and state timestamps
+mean the same after a restart.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import IO, Any
 
 from proxy.wire import (
@@ -45,6 +51,8 @@ from replay.coordinator import (
     Respond,
 )
 from replay.coordinator.consumer import ConsumerGroupConfig
+from replay.coordinator.records import Append
+from replay.state_log import LogContents, StateLog
 
 log = logging.getLogger("group_replay.coordinator")
 
@@ -81,7 +89,10 @@ class ReferenceServer:
         events_out: IO[str] | None = None,
         auto_create_partitions: int = 1,
         consumer_config: ConsumerGroupConfig | None = None,
+        state: tuple[StateLog, LogContents] | None = None,
     ) -> None:
+        if state is not None:
+            config = replace(config, write_records=True)  # the log gets the coordinator's records
         self.config = config
         self.coordinator = GroupCoordinator(config)
         self.topics = dict(topics)
@@ -93,8 +104,28 @@ class ReferenceServer:
         self.connections: dict[int, _Connection] = {}
         self._next_connection = 0
         self._epoch = time.monotonic()
+        self._epoch_wall_ms = int(time.time() * 1000)
         self._wake = asyncio.Event()
         self.server: asyncio.Server | None = None
+        self.state_log: StateLog | None = None
+        if state is not None:
+            self.state_log, contents = state
+            if contents.damage is not None:
+                log.warning(
+                    "%s; loaded the %d records before it (the rest is kept in %s)",
+                    contents.damage,
+                    len(contents.records),
+                    self.state_log.directory,
+                )
+            loaded = self.coordinator.load(contents.records, self.now_ms())
+            log.info(
+                "loaded %d groups and %d offsets from %s (coordinator epoch %d)",
+                len(loaded.groups),
+                loaded.offsets,
+                self.state_log.directory,
+                loaded.epoch,
+            )
+            self.dispatch(self.coordinator.advance(self.now_ms()))
 
     def versions(self) -> dict[int, tuple[int, int]]:
         """Every API served here and its versions: the server's own and the coordinator's (which
@@ -102,7 +133,7 @@ class ReferenceServer:
         return {**SERVER_VERSIONS, **self.coordinator.supported_versions()}
 
     def now_ms(self) -> int:
-        return int((time.monotonic() - self._epoch) * 1000)
+        return self._epoch_wall_ms + int((time.monotonic() - self._epoch) * 1000)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._accept, host, port)
@@ -114,6 +145,9 @@ class ReferenceServer:
 
     # --- outputs -----------------------------------------------------------------------------
     def dispatch(self, outputs: list[Output]) -> None:
+        records = [out.record for out in outputs if isinstance(out, Append)]
+        if records and self.state_log is not None:
+            self.state_log.append(records)  # in the log before any answer goes out
         for out in outputs:
             if isinstance(out, Respond):
                 conn = self.connections.get(out.context.connection_id)
@@ -488,8 +522,9 @@ async def serve(
     events_out: IO[str] | None = None,
     ready: IO[str] | None = None,
     consumer_config: ConsumerGroupConfig | None = None,
+    state: tuple[StateLog, LogContents] | None = None,
 ) -> None:
-    server = ReferenceServer(config, topics, events_out, consumer_config=consumer_config)
+    server = ReferenceServer(config, topics, events_out, consumer_config=consumer_config, state=state)
     bound_host, bound_port = await server.start(host, port)
     if ready is not None:
         ready.write(json.dumps({"event": "listening", "host": bound_host, "port": bound_port}) + "\n")

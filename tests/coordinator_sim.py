@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from replay.coordinator import CoordinatorConfig, GroupCoordinator, GroupEvent, RequestContext, Respond
+from replay.coordinator import (
+    Append,
+    CoordinatorConfig,
+    GroupCoordinator,
+    GroupEvent,
+    Record,
+    RequestContext,
+    Respond,
+)
 from replay.coordinator import requests as Q
 
 
@@ -18,6 +26,7 @@ class Sim:
     coordinator: GroupCoordinator = field(init=False)
     responses: dict[int, list[Any]] = field(default_factory=dict)  # correlation id -> responses
     events: list[GroupEvent] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)  # what the coordinator appended to its log
     _correlation: int = 0
 
     def __post_init__(self) -> None:
@@ -27,6 +36,8 @@ class Sim:
         for out in outputs:
             if isinstance(out, Respond):
                 self.responses.setdefault(out.context.correlation_id, []).append(out.response)
+            elif isinstance(out, Append):
+                self.records.append(out.record)
             else:
                 self.events.append(out)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -190,18 +189,10 @@ def test_delete_groups_and_offsets_answer_like_kafka(kafka_39: Any, make_topic: 
 
 
 def _kafka_tools_classpath() -> str:
-    """kafka-tools 3.9.2 and its dependencies (bench/proxy_overhead.py fetches them from Maven
-    Central into the cache once)."""
-    import importlib.util
-    from pathlib import Path
+    """kafka-tools 3.9.2 and its dependencies (fetched from Maven Central into the cache once)."""
+    from harness.maven import tools_libs
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "proxy_overhead.py"
-    spec = importlib.util.spec_from_file_location("bench_proxy_overhead", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return f"{module.kafka_tools_libs()}/*"
+    return f"{tools_libs('3.9.2')}/*"
 
 
 async def _admin_setup(port: int, empty: str, live: str, topic: str, other: str) -> asyncio.StreamWriter:

@@ -26,6 +26,7 @@ BUILTINS = {
     "mixed-static-dynamic-group",
     "static-leader-bounce",
     "duplicate-instance-id",
+    "static-member-persisted-after-broker-roll",
 }
 
 

@@ -5,7 +5,9 @@ state machine), driven by `handle(now_ms, context, request)`, `advance(now_ms)` 
 Layout (Kafka's names in brackets): core.py routes requests by API key [GroupCoordinatorShard];
 parse.py parses each request once; runtime.py holds groups, timers and outputs; rebalance.py,
 join.py and classic.py are the classic group manager [GroupMetadataManager]; offsets.py the
-offsets [OffsetMetadataManager]; group.py the group and member state [ClassicGroup]."""
+offsets [OffsetMetadataManager]; group.py the group and member state [ClassicGroup]; records.py
+and persist.py the records of its log [__consumer_offsets, GroupCoordinatorRecordHelpers] and their
+loading [GroupMetadataManager.replay]."""
 
 from replay.coordinator.core import (
     SUPPORTED_VERSIONS,
@@ -15,6 +17,7 @@ from replay.coordinator.core import (
     UnsupportedRequest,
 )
 from replay.coordinator.group import ClassicGroup, Member
+from replay.coordinator.records import Append, Record
 from replay.coordinator.types import (
     CoordinatorConfig,
     GroupEvent,
@@ -29,6 +32,7 @@ from replay.coordinator.types import (
 
 __all__ = [
     "SUPPORTED_VERSIONS",
+    "Append",
     "ClassicGroup",
     "CoordinatorConfig",
     "CoordinatorFault",
@@ -40,6 +44,7 @@ __all__ = [
     "KafkaBehaviour",
     "Member",
     "Output",
+    "Record",
     "RequestContext",
     "Respond",
     "Route",

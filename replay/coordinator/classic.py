@@ -28,6 +28,7 @@ from replay.coordinator.codes import (
 )
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.join import JoinGroupHandling
+from replay.coordinator.persist import store_group
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
 from replay.coordinator.types import GroupEventKind, GroupState, KafkaBehaviour, RequestContext
 
@@ -72,6 +73,7 @@ class ClassicGroupManager(JoinGroupHandling):
                     assignments = dict(request.assignments)
                     for m in group.members.values():
                         m.assignment = assignments.get(m.member_id, b"")
+                    store_group(self, group)  # doSyncGroup's storeGroup, then propagate
                     self._propagate_assignment(group, NONE)
                     self._transition(group, GroupState.STABLE, "leader sent the assignment")
             case GroupState.STABLE:

@@ -23,6 +23,7 @@ INVALID_SESSION_TIMEOUT: Final = ErrorCode.invalid_session_timeout
 MEMBER_ID_REQUIRED: Final = ErrorCode.member_id_required
 NON_EMPTY_GROUP: Final = ErrorCode.non_empty_group
 NONE: Final = ErrorCode.none
+NOT_COORDINATOR: Final = ErrorCode.not_coordinator
 REBALANCE_IN_PROGRESS: Final = ErrorCode.rebalance_in_progress
 UNKNOWN_MEMBER_ID: Final = ErrorCode.unknown_member_id
 UNKNOWN_SERVER_ERROR: Final = ErrorCode.unknown_server_error

@@ -16,7 +16,7 @@ A route is (parse, handle, error response): the request is parsed once into a fr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +29,14 @@ from replay.coordinator.codes import (
     GROUP_ID_NOT_FOUND,
     NON_EMPTY_GROUP,
     NONE,
+    NOT_COORDINATOR,
     UNKNOWN_SERVER_ERROR,
 )
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.offsets import OffsetMetadataManager
+from replay.coordinator.persist import LoadedState, loaded_group, replay_records
+from replay.coordinator.records import Append, CoordinatorEpochRecord, Record
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key, join_key, sync_key
 from replay.coordinator.timers import KeyedTimers
 from replay.coordinator.types import CoordinatorConfig, GroupState, Output, RequestContext
@@ -188,6 +191,56 @@ class GroupCoordinator:
     def next_deadline(self) -> int | None:
         return self.classic.timers.next_deadline()
 
+    def load(self, records: Iterable[Record], now_ms: int) -> LoadedState:
+        """Rebuild the groups and offsets `records` (this coordinator's log, oldest first) hold,
+        before serving: GroupMetadataManager.replay / OffsetMetadataManager.replay for each record,
+        then GroupMetadataManager.onLoaded (GroupCoordinator.onGroupLoaded on Scala): every loaded
+        member's session timeout starts now, a group over `group_max_size` rebalances. The next
+        outputs carry a `CoordinatorEpochRecord` for this start; member ids carry its epoch."""
+        classic = self.classic
+        classic.fire_due(now_ms)
+        records = list(records)
+        groups, offsets, epoch = replay_records(records)
+        for group_id, value in groups.items():
+            loaded_group(value, classic._create_group(group_id))
+        for group_id, stored in offsets.items():
+            if group_id not in classic.groups:
+                classic._create_group(group_id)  # a "simple" group: offsets without membership
+            self.offsets.offsets[group_id] = dict(stored)
+        max_size = classic.config.group_max_size
+        for group in list(classic.groups.values()):
+            for member in group.members.values():
+                classic._schedule_heartbeat(group, member, member.session_timeout_ms)
+            if len(group.members) > max_size:
+                classic._prepare_rebalance(group, f"freshly-loaded group is over capacity ({max_size})")
+        # A log without an epoch record was written by a coordinator that never loaded one: epoch 0.
+        classic.epoch = epoch + 1 if epoch is not None else (1 if records else 0)
+        classic._out.append(Append(CoordinatorEpochRecord(classic.epoch)))
+        return LoadedState(
+            groups={g.group_id: len(g.members) for g in classic.groups.values()},
+            offsets=sum(len(o) for o in self.offsets.offsets.values()),
+            epoch=classic.epoch,
+        )
+
+    def unload(self, now_ms: int) -> list[Output]:
+        """The log's partition moves to another broker (GroupMetadataManager.onUnloaded;
+        GroupCoordinator.onResignation on Scala): every classic group becomes Dead, and the
+        JoinGroup and SyncGroup requests it holds are answered NOT_COORDINATOR, sending the
+        clients to the new coordinator. Nothing is written; this coordinator serves no more."""
+        classic = self.classic
+        classic.fire_due(now_ms)
+        for group in list(classic.groups.values()):
+            for member in group.members.values():
+                joined = group.take_join(member)
+                if joined is not None:
+                    classic._join_error(joined, member.member_id, NOT_COORDINATOR)
+                synced = group.take_sync(member)
+                if synced is not None:
+                    classic._respond(synced, R.sync_group(synced.api_version, NOT_COORDINATOR))
+            classic._transition(group, GroupState.DEAD, "coordinator unloaded")
+        classic.timers = KeyedTimers()
+        return classic.take_outputs()
+
     def supports(self, api_key: int) -> bool:
         return api_key in self.routes
 
@@ -299,12 +352,9 @@ class GroupCoordinator:
         for group_id in self.consumer.empty_groups():  # maybeDeleteGroup for consumer groups
             # ConsumerGroup's offset expiration: an empty group's offsets expire `retention_ms`
             # after their commit.
-            stored = offsets.offsets.get(group_id)
-            if stored:
-                for tp in [tp for tp, o in stored.items() if now_ms - o.commit_ts_ms >= retention_ms]:
-                    del stored[tp]
-                if not stored:
-                    del offsets.offsets[group_id]
+            stored = offsets.of(group_id)
+            expired = [tp for tp, o in stored.items() if now_ms - o.commit_ts_ms >= retention_ms]
+            offsets.remove(group_id, expired)
             if offsets.has_offsets(group_id):
                 keep_checking = True
             else:

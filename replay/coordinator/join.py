@@ -21,6 +21,7 @@ from replay.coordinator.codes import (
     UNKNOWN_SERVER_ERROR,
 )
 from replay.coordinator.group import ClassicGroup, Member
+from replay.coordinator.persist import store_group
 from replay.coordinator.rebalance import Rebalancing
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
 from replay.coordinator.types import GroupEventKind, GroupState, RequestContext
@@ -248,6 +249,7 @@ class JoinGroupHandling(Rebalancing):
                         skip_assignment=is_leader,
                         members=group.current_member_metadata() if is_leader else [],
                     )
+                    store_group(self, group)  # the new member id is persisted (storeGroup)
                     self._respond(parked, response)
                 else:
                     self._maybe_prepare_rebalance(group, "static member rejoined with a protocol change")

@@ -8,7 +8,6 @@ id; the membership checks a commit needs come from the classic group manager.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.apis import ApiKey
@@ -30,18 +29,17 @@ from replay.coordinator.codes import (
 )
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
+from replay.coordinator.persist import store_offset
+from replay.coordinator.records import OffsetCommitValue
 from replay.coordinator.runtime import UNKNOWN_MEMBER
 from replay.coordinator.types import GroupState, KafkaBehaviour, RequestContext
 
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-    commit_ts_ms: int
+# A committed offset is what its OffsetCommitValue record holds (offset, leader epoch, metadata,
+# commit timestamp).
+CommittedOffset = OffsetCommitValue
 
 
 class OffsetMetadataManager:
@@ -101,9 +99,9 @@ class OffsetMetadataManager:
         for name, partitions in topics:
             if stored is not None:
                 for p in partitions:
-                    stored[(str(name), p.partition)] = CommittedOffset(
-                        p.offset, p.leader_epoch, p.metadata, now_ms
-                    )
+                    tp = (str(name), p.partition)
+                    stored[tp] = committed = CommittedOffset(p.offset, p.leader_epoch, p.metadata, now_ms)
+                    store_offset(manager, group_id, tp, committed)  # newOffsetCommitRecord
             entries = tuple(partition_cls(partition_index=p.partition, error_code=err) for p in partitions)
             if by_id:
                 answered.append(topic_cls(topic_id=name, partitions=entries))
@@ -208,18 +206,16 @@ class OffsetMetadataManager:
         elif group is None or group.is_in(GroupState.DEAD):
             group_error = GROUP_ID_NOT_FOUND
         elif group.is_in(GroupState.EMPTY) or group.protocol_type == "consumer":
-            stored = self.offsets.get(group.group_id, {})
             empty = group.is_in(GroupState.EMPTY)
+            deleted: list[TopicPartition] = []
             for topic, partitions in request.topics:
                 subscribed = not empty and group.is_subscribed_to_topic(topic)
+                code = GROUP_SUBSCRIBED_TO_TOPIC if subscribed else NONE
                 for partition in partitions:
-                    if subscribed:
-                        partition_errors.append((topic, partition, GROUP_SUBSCRIBED_TO_TOPIC))
-                    else:
-                        stored.pop((topic, partition), None)
-                        partition_errors.append((topic, partition, NONE))
-            if not stored:
-                self.offsets.pop(group.group_id, None)
+                    partition_errors.append((topic, partition, code))
+                    if not subscribed:
+                        deleted.append((topic, partition))
+            self.remove(group.group_id, deleted)
             if (
                 manager.config.kafka_behaviour is KafkaBehaviour.SCALA_3_9
                 and group.is_in(GroupState.EMPTY)
@@ -256,11 +252,19 @@ class OffsetMetadataManager:
             expired = list(offsets)
         else:
             return 0
-        for tp in expired:
-            del offsets[tp]
-        if not offsets:
-            del self.offsets[group.group_id]
+        self.remove(group.group_id, expired)
         return len(expired)
 
+    def remove(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        """Drop these offsets of a group, writing their tombstones (newOffsetCommitTombstoneRecord)."""
+        offsets = self.offsets.get(group_id)
+        if offsets is None:
+            return
+        for tp in partitions:
+            if offsets.pop(tp, None) is not None:
+                store_offset(self.groups, group_id, tp, None)
+        if not offsets:
+            del self.offsets[group_id]
+
     def delete_group(self, group_id: str) -> None:
-        self.offsets.pop(group_id, None)
+        self.remove(group_id, list(self.of(group_id)))

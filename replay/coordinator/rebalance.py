@@ -20,6 +20,7 @@ from replay.coordinator.codes import (
     UNKNOWN_MEMBER_ID,
 )
 from replay.coordinator.group import ClassicGroup, Member
+from replay.coordinator.persist import store_group
 from replay.coordinator.runtime import (
     UNKNOWN_MEMBER,
     CoordinatorRuntime,
@@ -144,6 +145,7 @@ class Rebalancing(CoordinatorRuntime):
             self._transition(group, GroupState.EMPTY, "join phase complete with no members")
         group.pending_sync_members.clear()
         if group.is_in(GroupState.EMPTY):
+            store_group(self, group)  # completeClassicGroupJoin writes the empty generation
             return
         for member in group.members.values():
             parked = group.take_join(member)

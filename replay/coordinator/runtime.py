@@ -24,6 +24,7 @@ from replay.coordinator.codes import (
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.hashorder import MemberMapKind
+from replay.coordinator.records import Append, GroupMetadataRecord
 from replay.coordinator.timers import KeyedTimers
 from replay.coordinator.types import (
     CoordinatorConfig,
@@ -67,6 +68,9 @@ class CoordinatorRuntime:
         self._out: list[Output] = []
         self._now_ms = 0
         self._member_seq = 0
+        # Which start of a persisted coordinator this is (records.CoordinatorEpochRecord): part
+        # of every member id issued, so that ids never repeat across a restart.
+        self.epoch = 0
         self._issued_member_ids: set[str] = set()
         # Groups whose `join-` timer is an InitialDelayedJoin (it never completes early).
         self._initial_join_pending: set[str] = set()
@@ -193,6 +197,8 @@ class CoordinatorRuntime:
         """The group becomes Dead and is forgotten (GroupMetadataManager's group removal); the
         caller has dropped its offsets."""
         self._transition(group, GroupState.DEAD, reason)
+        if self.config.write_records:
+            self._out.append(Append(GroupMetadataRecord(group.group_id, None)))  # the tombstone
         del self.groups[group.group_id]
         self._initial_join_pending.discard(group.group_id)
 
@@ -202,7 +208,8 @@ class CoordinatorRuntime:
 
     def _generate_member_id(self, client_id: str, group_instance_id: str | None) -> str:
         """GroupMetadata.generateMemberId: `{instance id or client id}-{uuid}`; the uuid is a
-        counter here so that runs are reproducible, or the one `config.member_ids` gives (a
+        counter here so that runs are reproducible (with the coordinator's epoch: a restarted
+        coordinator never issues an id twice), or the one `config.member_ids` gives (a
         replay reusing the ids the recorded broker issued, so that the members map iterates as
         it did there) unless that one is already taken."""
         if self.config.member_ids is not None:
@@ -212,7 +219,7 @@ class CoordinatorRuntime:
                 return given
         self._member_seq += 1
         prefix = group_instance_id if group_instance_id is not None else client_id
-        return f"{prefix}-{self._member_seq:08x}-0000-4000-8000-000000000000"
+        return f"{prefix}-{self._member_seq:08x}-{self.epoch:04x}-4000-8000-000000000000"
 
     def _validate_member(self, group: ClassicGroup, member_id: str, group_instance_id: str | None) -> E:
         """GroupCoordinator.validateCurrentMember / ClassicGroup.validateMember."""

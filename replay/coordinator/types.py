@@ -2,7 +2,8 @@
 
 The coordinator is a pure state machine: `GroupCoordinator.handle(now_ms, context, request)` and
 `advance(now_ms)` return lists of outputs that the caller interprets (an asyncio server writes
-`Respond` frames to connections; a replay engine collects `GroupEvent`s).
+`Respond` frames to connections and appends `Append` records to its log; a replay engine collects
+`GroupEvent`s).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from replay.coordinator.records import Append
 from replay.events import EventName
 
 INT32_MAX: Final = 2**31 - 1
@@ -53,6 +55,9 @@ class CoordinatorConfig:
     member_ids: Callable[[str, str | None], str | None] | None = None
     offsets_retention_check_interval_ms: int = OFFSETS_RETENTION_CHECK_INTERVAL_MS
     offsets_retention_ms: int = OFFSETS_RETENTION_MS
+    # Emit the records Kafka writes to __consumer_offsets as `Append` outputs (records.py):
+    # on for a shell that keeps a log (serve --state-dir, a scenario's coordinator_restarts).
+    write_records: bool = False
     # What FindCoordinator answers (the coordinator itself; the server sets its listener).
     node_id: int = 0
     host: str = "127.0.0.1"
@@ -154,4 +159,5 @@ class GroupEvent:
     reason: str = ""
 
 
-Output = Respond | GroupEvent
+# Append: a record for the coordinator's log (records.py), written before the answers after it.
+Output = Respond | GroupEvent | Append

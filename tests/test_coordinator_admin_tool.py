@@ -1,0 +1,171 @@
+"""Kafka's own `kafka-consumer-groups` (ConsumerGroupCommand from the kafka-tools artifact, 3.9.2
+and 4.3.1, unchanged) against `coordinator serve` and a real broker (issue 15): `--list`,
+`--describe --members --verbose`, `--describe --state`, `--describe --offsets` and
+`--reset-offsets --to-earliest --execute` print the same, once what only differs by
+construction is normalised (member ids, client hosts, the coordinator's address and node id).
+
+Each side gets the same groups over the wire: `live`, one static consumer-protocol member
+(subscribed to the topic, assigned both its partitions, offsets 5 and 7 committed) kept Stable
+by the open connection; `empty`, the same left Empty by a LeaveGroup. The topic has two partitions and no
+records on either side (log end offset 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from harness.lines import KAFKA_4X
+from proxy.wire.consumer_protocol import encode_assignment, encode_subscription
+from replay.coordinator import requests as Q
+from tests.support.serve import WireClient, start_serve
+
+# What the tools log (slf4j, log4j, their config dumps: tab-indented) rather than print.
+LOG_LINE = re.compile(r"^(\[|\t|SLF4J|log4j:|WARNING|OpenJDK)")
+TOOL_VERSIONS = {"3.9.2": "scala-3.9", "4.3.1": "new-coordinator"}  # tool -> serve --behaviour
+
+
+async def _setup(port: int, empty: str, live: str, topic: str) -> tuple[WireClient, list[str]]:
+    """The two groups; returns the connection keeping `live` Stable and the member ids issued."""
+    client = await WireClient.connect(port, "admin-tool-setup")
+
+    async def call(request: Any) -> Any:
+        return await client.call(request, timeout_s=60)
+
+    subscription = encode_subscription([topic])
+    assignment = encode_assignment({topic: [0, 1]})
+    member_ids = []
+    for group_id, instance_id in ((empty, None), (live, "static-live")):  # live: a static member
+        api_version = 3 if instance_id is None else 5
+        joined = await call(
+            Q.join_group(
+                api_version, group_id, group_instance_id=instance_id, session_timeout_ms=300_000,
+                rebalance_timeout_ms=60_000, protocols=(("range", subscription),),
+            )
+        )  # fmt: skip
+        member_id = joined.member_id
+        member_ids.append(member_id)
+        synced = await call(
+            Q.sync_group(
+                api_version, group_id, joined.generation_id, member_id, group_instance_id=instance_id,
+                assignments={member_id: assignment},
+            )
+        )  # fmt: skip
+        assert synced.error_code == 0, synced
+        committed = await call(
+            Q.offset_commit(
+                8, group_id, joined.generation_id, member_id, {(topic, 0): 5, (topic, 1): 7},
+                group_instance_id=instance_id,
+            )
+        )  # fmt: skip
+        assert {p.error_code for t in committed.topics for p in t.partitions} == {0}, committed
+        if group_id == empty:
+            await call(Q.leave_group(3, group_id, [(member_id, None)]))
+    return client, member_ids
+
+
+def _tool(classpath: str, port: int, *args: str) -> tuple[int, str]:
+    done = subprocess.run(
+        ["java", "-cp", classpath, "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+         "--bootstrap-server", f"127.0.0.1:{port}", *args],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def _normalised(text: str, port: int, member_ids: list[str], groups: tuple[str, ...]) -> list[str]:
+    """Lines with their columns single-spaced; ids, hosts and the coordinator made generic; log
+    lines dropped. `--list` output is cut to this test's groups."""
+    for index, member_id in enumerate(member_ids):
+        text = text.replace(member_id, f"<member-{index}>")
+    text = text.replace(f"127.0.0.1:{port}", "<coordinator>").replace(f"localhost:{port}", "<coordinator>")
+    text = re.sub(r"<coordinator>\s+\(\d+\)", "<coordinator> (<id>)", text)
+    text = re.sub(r"/127\.0\.0\.1\b|/localhost\b", "<host>", text)
+    lines = []
+    for raw in text.splitlines():
+        if LOG_LINE.match(raw) or " INFO " in raw or " WARN " in raw:
+            continue
+        line = " ".join(raw.split())
+        if line:
+            lines.append(line)
+    if all(" " not in line for line in lines):  # --list: one group id per line
+        lines = sorted(line for line in lines if line in groups)
+    return lines
+
+
+Outputs = list[tuple[str, int, list[str]]]  # (command, exit code, normalised lines)
+
+
+def _outputs(classpath: str, port: int, empty: str, live: str, topic: str) -> Outputs:
+    async def setup() -> tuple[WireClient, list[str]]:
+        return await _setup(port, empty, live, topic)
+
+    loop = asyncio.new_event_loop()
+    try:
+        client, member_ids = loop.run_until_complete(setup())
+        groups = (empty, live)
+        outputs = []
+        for args in (
+            ["--list"],
+            ["--describe", "--group", live, "--members", "--verbose"],
+            ["--describe", "--group", live, "--state"],
+            ["--describe", "--group", live, "--offsets"],
+            ["--describe", "--group", empty, "--offsets"],
+            ["--describe", "--group", empty, "--state"],
+            ["--reset-offsets", "--group", live, "--topic", topic, "--to-earliest", "--execute"],
+            ["--reset-offsets", "--group", empty, "--topic", topic, "--to-earliest", "--execute"],
+            ["--describe", "--group", empty, "--offsets"],
+        ):
+            code, text = _tool(classpath, port, *args)
+            outputs.append((" ".join(args[:2]), code, _normalised(text, port, member_ids, groups)))
+        client.close()
+    finally:
+        loop.close()
+    return outputs
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("tool_version", list(TOOL_VERSIONS))
+def test_kafka_consumer_groups_prints_the_same_against_serve_and_kafka(
+    tool_version: str, broker_factory: Callable[..., Any], make_topic: Callable[..., str]
+) -> None:
+    from harness.lines import KAFKA_39
+    from harness.maven import tools_libs
+    from tests.serve_fuzz import wait_coordinator_ready
+
+    classpath = f"{tools_libs(tool_version)}/*"
+    if tool_version == "3.9.2":
+        broker = broker_factory(KAFKA_39, new_coordinator=False)
+    else:
+        broker = broker_factory(KAFKA_4X)
+    topic = make_topic(broker.bootstrap, 2, prefix="tool")
+    empty, live = f"empty-{topic}", f"live-{topic}"
+    port = int(broker.bootstrap.rpartition(":")[2])
+    asyncio.run(wait_coordinator_ready("127.0.0.1", port, (empty, live)))
+    kafka = _outputs(classpath, port, empty, live, topic)
+
+    process, served_port = start_serve(
+        f"{topic}:2", "--behaviour", TOOL_VERSIONS[tool_version],
+        group_settings=("--group-initial-rebalance-delay-ms", "0"),
+    )  # fmt: skip
+    try:
+        served = _outputs(classpath, served_port, empty, live, topic)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    for (what, kafka_code, kafka_lines), (_, served_code, served_lines) in zip(kafka, served, strict=True):
+        assert (served_code, served_lines) == (kafka_code, kafka_lines), (what, served, kafka)
+    # The comparison compares something: each command printed its table or its error.
+    assert kafka[0][2] == sorted([empty, live])
+    member_row = f"{live} <member-1> static-live <host> admin-tool-setup 2 "
+    assert any(line.startswith(member_row) for line in kafka[1][2]), kafka[1]
+    assert any("Stable" in line for line in kafka[2][2]) and any("Empty" in line for line in kafka[5][2])
+    reset = " ".join(kafka[7][2])  # 3.9.2 prints the rows without line breaks
+    assert reset.startswith("GROUP TOPIC PARTITION NEW-OFFSET"), reset
+    assert reset.count(f"{empty} {topic}") == 2, reset
