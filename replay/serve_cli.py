@@ -36,6 +36,40 @@ def parse_topics(text: str) -> dict[str, int]:
     return topics
 
 
+def _kafka_int_settings() -> tuple[tuple[str, int, str], ...]:
+    """(flag, default, Kafka's setting) of the integer group settings `serve` takes; the defaults
+    are the coordinator configs' own (Kafka's), so they are declared once."""
+    classic, consumer = CoordinatorConfig(), ConsumerGroupConfig()
+    return (
+        (
+            "--group-min-session-timeout-ms",
+            classic.group_min_session_timeout_ms,
+            "group.min.session.timeout.ms",
+        ),
+        (
+            "--group-max-session-timeout-ms",
+            classic.group_max_session_timeout_ms,
+            "group.max.session.timeout.ms",
+        ),
+        (
+            "--group-initial-rebalance-delay-ms",
+            classic.group_initial_rebalance_delay_ms,
+            "group.initial.rebalance.delay.ms",
+        ),
+        ("--group-max-size", classic.group_max_size, "group.max.size"),
+        (
+            "--consumer-group-session-timeout-ms",
+            consumer.session_timeout_ms,
+            "group.consumer.session.timeout.ms",
+        ),
+        (
+            "--consumer-group-assignment-interval-ms",
+            consumer.assignment_interval_ms,
+            "group.consumer.assignment.interval.ms (4.3+)",
+        ),
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="group-replay coordinator",
@@ -52,41 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=KafkaBehaviour.SCALA_3_9.value,
         help="which Kafka coordinator to behave as (default %(default)s)",
     )
-    s.add_argument(
-        "--group-min-session-timeout-ms", type=int, default=6000, help="Kafka's setting (default %(default)s)"
-    )
-    s.add_argument(
-        "--group-max-session-timeout-ms",
-        type=int,
-        default=1_800_000,
-        help="Kafka's setting (default %(default)s)",
-    )
-    s.add_argument(
-        "--group-initial-rebalance-delay-ms",
-        type=int,
-        default=3000,
-        help="Kafka's setting (default %(default)s)",
-    )
-    s.add_argument(
-        "--group-max-size", type=int, default=2**31 - 1, help="Kafka's setting (default: no limit)"
-    )
+    for flag, default, kafka_name in _kafka_int_settings():
+        s.add_argument(flag, type=int, default=default, help=f"Kafka's {kafka_name} (default %(default)s)")
     s.add_argument(
         "--consumer-group-behaviour",
         choices=[b.value for b in ConsumerGroupBehaviour],
         default=ConsumerGroupBehaviour.KAFKA_4_3.value,
         help="which Kafka build's KIP-848 consumer group rules to follow (default %(default)s)",
-    )
-    s.add_argument(
-        "--consumer-group-session-timeout-ms",
-        type=int,
-        default=45_000,
-        help="Kafka's group.consumer.session.timeout.ms (default %(default)s)",
-    )
-    s.add_argument(
-        "--consumer-group-assignment-interval-ms",
-        type=int,
-        default=1000,
-        help="Kafka 4.3's group.consumer.assignment.interval.ms (default %(default)s)",
     )
     s.add_argument(
         "--consumer-group-migration-policy",

@@ -285,57 +285,57 @@ class ReferenceServer:
 
     def list_offsets(self, api_version: int, request: Any) -> Any:
         """Every partition is empty: offset 0 whatever the timestamp asked."""
-        topic_cls = response_class(LIST_OFFSETS, api_version, "ListOffsetsTopicResponse")
-        partition_cls = response_class(LIST_OFFSETS, api_version, "ListOffsetsPartitionResponse")
-        none = ErrorCode.none
-        topics = tuple(
-            topic_cls(
-                name=t.name,
-                partitions=tuple(
-                    build(
-                        partition_cls,
-                        {
-                            "partition_index": p.partition_index,
-                            "error_code": none,
-                            "timestamp": -1,
-                            "offset": 0,
-                            "leader_epoch": 0,
-                        },
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in request.topics
+        topics = _empty_partitions(
+            request.topics,
+            response_class(LIST_OFFSETS, api_version, "ListOffsetsTopicResponse"),
+            response_class(LIST_OFFSETS, api_version, "ListOffsetsPartitionResponse"),
+            ("name", "partition_index"),
+            {"timestamp": -1, "offset": 0, "leader_epoch": 0},
         )
         return build_response(LIST_OFFSETS, api_version, topics=topics)
 
     def fetch(self, api_version: int, request: Any) -> Any:
         """No records, high watermark 0, for every partition asked."""
-        topic_cls = response_class(FETCH, api_version, "FetchableTopicResponse")
-        partition_cls = response_class(FETCH, api_version, "PartitionData")
-        none = ErrorCode.none
-        responses = tuple(
-            topic_cls(
-                topic=t.topic,
-                partitions=tuple(
+        responses = _empty_partitions(
+            request.topics,
+            response_class(FETCH, api_version, "FetchableTopicResponse"),
+            response_class(FETCH, api_version, "PartitionData"),
+            ("topic", "partition"),
+            {
+                "high_watermark": 0,
+                "last_stable_offset": 0,
+                "log_start_offset": 0,
+                "aborted_transactions": (),
+                "records": b"",
+            },
+        )
+        return build_response(
+            FETCH, api_version, error_code=ErrorCode.none, session_id=0, responses=responses
+        )
+
+
+def _empty_partitions(
+    asked: Any, topic_cls: type[Any], partition_cls: type[Any], names: tuple[str, str], values: dict[str, Any]
+) -> tuple[Any, ...]:
+    """One answer per topic and partition asked, each with error none and `values` (the served
+    coordinator holds no records). `names`: the topic's name field and the asked partition's index
+    field, which ListOffsets and Fetch name differently."""
+    topic_field, index_field = names
+    return tuple(
+        topic_cls(
+            **{
+                topic_field: getattr(t, topic_field),
+                "partitions": tuple(
                     build(
                         partition_cls,
-                        {
-                            "partition_index": p.partition,
-                            "error_code": none,
-                            "high_watermark": 0,
-                            "last_stable_offset": 0,
-                            "log_start_offset": 0,
-                            "aborted_transactions": (),
-                            "records": b"",
-                        },
+                        {"partition_index": getattr(p, index_field), "error_code": ErrorCode.none, **values},
                     )
                     for p in t.partitions
                 ),
-            )
-            for t in request.topics
+            }
         )
-        return build_response(FETCH, api_version, error_code=none, session_id=0, responses=responses)
+        for t in asked
+    )
 
 
 class _Connection:
