@@ -113,16 +113,19 @@ def test_static_group_lifecycle() -> None:
         ("member_joined", "a", 1),
         ("member_joined", "b", 1),
         ("generation_completed", "a", 1),
+        ("assignment_received", "a", 1),  # events format 2: each member's partitions followed
         ("generation_completed", "b", 1),
+        ("assignment_received", "b", 1),
         ("member_joined", "b", 1),
-        ("generation_completed", "b", 1),
+        ("generation_completed", "b", 1),  # the same partitions again: nothing received
         ("member_fenced", "b", 1),
     ]
-    assert [e.seq for e in obs.events] == list(range(8))
+    assert [e.seq for e in obs.events] == list(range(10))
     completed = [e for e in obs.events if e.event == "generation_completed"]
     assert completed[0].assignment == ("t-0", "t-1") and completed[0].is_leader
     assert completed[1].assignment == ("t-2",) and not completed[1].is_leader
-    assert obs.events[7].error_code == 82
+    assert obs.events[9].error_code == 82
+    assert {(e.protocol, e.group_type, e.member_epoch) for e in obs.events} == {("classic", "classic", None)}
     assert obs.events[1].skip_assignment is False and obs.events[3].skip_assignment is None
 
 
