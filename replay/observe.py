@@ -231,7 +231,8 @@ class GroupObserver:
                 return self._failure(ex, top_code)
             member = self._member(request.group_id, ex.member_key)
             group.departed.add(member.group_instance_id or member.member_id)
-            return [self._event(ex, group, EventName.MEMBER_LEFT, member, is_leader=False)]
+            left = self._event(ex, group, EventName.MEMBER_LEFT, member, is_leader=False)
+            return [left, *self._assigned(ex, group, member, ())]
         if top_code and not getattr(response, "members", ()):
             return self._failure(ex, top_code)
         for entry in response.members:
@@ -249,6 +250,7 @@ class GroupObserver:
             out.append(
                 self._event(ex, group, EventName.MEMBER_LEFT, member, member_key=member_key, is_leader=False)
             )
+            out += self._assigned(ex, group, member, (), member_key)  # a member that left holds nothing
         return out
 
     def _failure(self, ex: Exchange, code: int, member_key: str | None = None) -> list[RebalanceEvent]:
@@ -279,13 +281,14 @@ class GroupObserver:
         member.member_epoch = int(response.member_epoch)
         group.member_key_by_id[member.member_id] = ex.member_key
         if sent_epoch < 0:
-            member.owned = frozenset()
-            return [self._event(ex, group, EventName.MEMBER_LEFT, member, is_leader=False)]
+            left = self._event(ex, group, EventName.MEMBER_LEFT, member, is_leader=False)
+            return [left, *self._assigned(ex, group, member, ())]
         out = self._group_type(ex, group, member, CONSUMER)
         if response.assignment is not None and member.member_epoch > group.generation_id:
             group.generation_id = member.member_epoch
             out.append(self._event(ex, group, EventName.REBALANCE_STARTED, member))
-        if sent_epoch == 0:
+        if sent_epoch == 0:  # a (re)joining member owns nothing (its TopicPartitions are empty)
+            out += self._assigned(ex, group, member, ())
             out.append(self._event(ex, group, EventName.MEMBER_JOINED, member))
         if response.assignment is not None:
             names = self.topic_names
@@ -298,9 +301,15 @@ class GroupObserver:
         return out
 
     def _assigned(
-        self, ex: Exchange, group: _GroupView, member: _MemberView, assignment: tuple[str, ...] | None
+        self,
+        ex: Exchange,
+        group: _GroupView,
+        member: _MemberView,
+        assignment: tuple[str, ...] | None,
+        member_key: str | None = None,
     ) -> list[RebalanceEvent]:
-        """assignment_revoked / assignment_received: what a new assignment drops and adds."""
+        """assignment_revoked / assignment_received: what a new assignment drops and adds (a
+        member that leaves, or rejoins with epoch 0, drops everything)."""
         if assignment is None:
             return []
         now = frozenset(assignment)
@@ -312,7 +321,8 @@ class GroupObserver:
             (EventName.ASSIGNMENT_RECEIVED, received),
         ):
             if partitions:
-                out.append(self._event(ex, group, name, member, assignment=tuple(sorted(partitions))))
+                moved = tuple(sorted(partitions))
+                out.append(self._event(ex, group, name, member, member_key=member_key, assignment=moved))
         return out
 
     def _group_type(

@@ -16,6 +16,7 @@ from replay.scenario import (
     load_scenario_file,
     parse_scenario,
 )
+from tests.test_migration_scenarios import MIGRATION_SCENARIOS
 
 BUILTINS = {
     "dynamic-to-static-rolling-upgrade",
@@ -26,6 +27,7 @@ BUILTINS = {
     "mixed-static-dynamic-group",
     "static-leader-bounce",
     "duplicate-instance-id",
+    *MIGRATION_SCENARIOS,  # the classic <-> consumer protocol migration
 }
 
 
