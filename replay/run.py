@@ -27,7 +27,7 @@ from proxy.wire import response_schema
 from replay import migration
 from replay.brokers import group_settings
 from replay.clock import VirtualClock
-from replay.consumer_member import is_leave
+from replay.consumer_member import CONSUMER_HEARTBEAT, is_leave
 from replay.coordinator import CoordinatorConfig, GroupCoordinator, KafkaBehaviour, RequestContext, Respond
 from replay.events import EventName, RebalanceEvent
 from replay.member import (
@@ -212,9 +212,7 @@ class Runner:
             # joins (KIP-345 replaceStaticMember); observing that made the reference "fence"
             # members the recording never saw. A LeaveGroup is the one answer close() awaits.
             return
-        # The observer derives nothing from a successful heartbeat (replay.observe): skip building
-        # the exchange on the hot path.
-        if send.api_key != HEARTBEAT or response.error_code != 0:
+        if response.error_code != 0 or not _uneventful(send, response):  # skip them on the hot path
             self.observer.observe(
                 Exchange(
                     now_ms, seat.script.member_key, send.api_key, send.api_version, send.request, response
@@ -324,6 +322,18 @@ class Runner:
         events = tuple(self.observer.events)
         failures = tuple(check_expectations(self.scenario, events, self.window_start_ms, self.bounced))
         return RunResult(self.observer.run, events, self.rpcs, end_ms, failures)
+
+
+def _uneventful(send: Send, response: Any) -> bool:
+    """A successful heartbeat the observer derives nothing from (replay.observe): a classic
+    Heartbeat, or a KIP-848 one answered with the same epoch and no assignment."""
+    if send.api_key == HEARTBEAT:
+        return True
+    return (
+        send.api_key == CONSUMER_HEARTBEAT
+        and response.assignment is None
+        and response.member_epoch == send.request.member_epoch
+    )
 
 
 def not_run_result(plan: ReplayPlan, scenario: Scenario, run: str, reason: str) -> RunResult:
