@@ -72,6 +72,7 @@ class RunResult:
     failures: tuple[str, ...] = ()
     describes: tuple[tuple[Any, ...], ...] = ()
     not_run: str | None = None
+    steps: tuple[migration.StepStats, ...] = ()  # a protocol migration's view, step by step
 
 
 @dataclass(slots=True)
@@ -321,7 +322,12 @@ class Runner:
     def result(self, end_ms: int) -> RunResult:
         events = tuple(self.observer.events)
         failures = tuple(check_expectations(self.scenario, events, self.window_start_ms, self.bounced))
-        return RunResult(self.observer.run, events, self.rpcs, end_ms, failures)
+        steps: tuple[migration.StepStats, ...] = ()
+        if self.scenario.uses_consumer_protocol:
+            rolling = self.scenario.rolling
+            interval = rolling.interval_ms if rolling is not None else None
+            steps = tuple(migration.step_stats(events, self.window_start_ms, interval, self.bounced))
+        return RunResult(self.observer.run, events, self.rpcs, end_ms, failures, steps=steps)
 
 
 def _uneventful(send: Send, response: Any) -> bool:

@@ -122,10 +122,14 @@ def test_eager_members_rejoin_more_than_static_ones_per_step(plan: ReplayPlan) -
     assert worst("classic-to-consumer-rolling-upgrade-static") == 0
 
 
-def test_the_replay_command_runs_a_migration_scenario_and_exits_1_when_unmet(tmp_path: Path) -> None:
+def test_the_replay_command_runs_a_migration_scenario_and_exits_1_when_unmet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "ok"
     argv = ["replay", str(CAPTURE), "--scenario", "consumer-to-classic-rolling-downgrade"]
     assert group_replay([*argv, "--against", "reference", "--out", str(out), "--progress", "off"]) == 0
+    printed = capsys.readouterr().out
+    assert "migration steps" in printed and "classic rejoins" in printed  # the per-step view
     rows = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     reference = [r for r in rows if r["run"] == "reference"]
     assert {r["protocol"] for r in reference} == {"classic", "consumer"}
