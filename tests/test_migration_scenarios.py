@@ -190,17 +190,3 @@ def test_migration_field_errors_name_file_line_and_field(
     text = str(caught.value)
     assert text.startswith(f"bad.yaml:{line}: {field}: "), text
     assert message in text
-
-
-def test_a_live_run_with_consumer_protocol_members_is_a_not_run_result_without_a_broker(
-    plan: ReplayPlan,
-) -> None:
-    """Live replay of consumer-protocol members is not carried out yet: said before any broker
-    starts, as the one `not_run` row per group (exit 2 from the command), never a half run."""
-    from replay.live import replay_broker_version
-
-    result = replay_broker_version(
-        plan, load_builtin("classic-to-consumer-rolling-upgrade"), kafka_version="4.3.1"
-    )
-    assert result.not_run is not None and "--against reference" in result.not_run
-    assert [(e.event, e.run) for e in result.events] == [("not_run", "broker-4.3.1")]
