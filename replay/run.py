@@ -387,13 +387,7 @@ class CoordinatorTransport:
     def __init__(self, runner: Runner, config: CoordinatorConfig | None) -> None:
         self.runner = runner
         self.coordinator = GroupCoordinator(config)
-        # KIP-848: the scenario's broker rules, and the topics the members know (with the ids the
-        # reference gives them, so the observer names consumer-protocol assignments)
-        consumer = self.coordinator.consumer
-        consumer.coordinator.config = runner.scenario.broker.consumer_config()
-        topics = {topic: count for seat in runner.seats for topic, count in seat.topics.items()}
-        consumer.use_topics(topics)
-        runner.observer.topic_names.update({consumer.coordinator.topic_id(t): t for t in topics})
+        configure_consumer_groups(self.coordinator, runner)
         self._correlation = 0
         self._pending: dict[tuple[int, int], InFlight] = {}
         self._queued: dict[int, list[InFlight]] = {}  # connection -> requests behind its unanswered one
@@ -447,6 +441,17 @@ class CoordinatorTransport:
                 else:
                     self.runner.at(now_ms, self.runner._deliver_at, (flight, output.response))
                     self._release(now_ms, flight.connection_id)
+
+
+def configure_consumer_groups(coordinator: GroupCoordinator, runner: Runner) -> None:
+    """KIP-848 on a reference coordinator (a new one too, e.g. after a restart): the scenario's
+    broker rules, and the topics the members know, with the ids the reference gives them, so the
+    observer names consumer-protocol assignments."""
+    consumer = coordinator.consumer
+    consumer.coordinator.config = runner.scenario.broker.consumer_config()
+    topics = {topic: count for seat in runner.seats for topic, count in seat.topics.items()}
+    consumer.use_topics(topics)
+    runner.observer.topic_names.update({consumer.coordinator.topic_id(t): t for t in topics})
 
 
 def run_virtual(
@@ -555,6 +560,7 @@ __all__ = [
     "Seat",
     "Transport",
     "check_expectations",
+    "configure_consumer_groups",
     "not_run_result",
     "replay_reference",
     "run_virtual",
