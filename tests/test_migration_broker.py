@@ -1,8 +1,10 @@
-"""The classic -> consumer protocol migration replayed against a real Kafka 4.3.1 broker (Maven
-jars, started by the harness): the same members (replay.member.ClassicMember, then
-replay.consumer_member.ConsumerMember after their step) over TCP, in scaled real time, and the
-same expectations as against the reference; and against Kafka 3.9, which serves no KIP-848
-group, a `not_run` row."""
+"""The classic <-> consumer protocol migration replayed against a real Kafka 4.3.1 broker (Maven
+jars, started by the harness with each scenario's group.consumer.migration.policy): the same
+members (replay.member.ClassicMember, then replay.consumer_member.ConsumerMember after their
+step) over TCP, in scaled real time, meeting the same expectations as against the reference,
+with the same joins per member, conversions and refusals. Every built-in migration scenario but
+the hour-long mixed steady state; and against Kafka 3.9, which serves no KIP-848 group, a
+`not_run` row."""
 
 from __future__ import annotations
 
@@ -59,6 +61,11 @@ def _joins(events: tuple) -> dict[str, list[str | None]]:  # type: ignore[type-a
         "classic-to-consumer-offline-migration",
         "classic-to-consumer-upgrade-refused-custom-assignor",
         "migration-policy-disabled-refuses-upgrade",
+        "migration-policy-upgrade-keeps-consumer-group",
+        "migration-policy-downgrade-refuses-upgrade",
+        "instance-id-shared-across-protocols",
+        "classic-to-consumer-rolling-upgrade-cooperative",
+        "classic-to-consumer-rolling-upgrade-static-cooperative",
     ],
 )
 def test_migration_on_kafka_43_meets_the_expectations_the_reference_meets(broker_factory, name: str) -> None:
