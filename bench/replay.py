@@ -4,9 +4,12 @@ Stages, each timed on the wall clock:
 1. write the synthetic capture through the proxy's capture writer (pcapng, both legs),
 2. read it back and rebuild the members' scripts (`build_plan`),
 3. baseline: the recorded run through the observer (the cheapest pass over the same exchanges),
-4. replay against the reference coordinator in virtual time (as recorded, and a scenario).
+4. replay against the reference coordinator in virtual time (as recorded, and a scenario),
+5. the KIP-848 migration (issue 14): every member bounced once over the hour, coming back on
+   the consumer protocol (ConsumerGroupHeartbeat, replay.consumer_member), against the same
+   bounce that keeps them classic, in the same run.
 
-The goal is a simulated/wall ratio of at least 1,000x for stage 4.
+The goal is a simulated/wall ratio of at least 1,000x for stages 4 and 5.
 
     /work/venv/bin/python bench/replay.py [--members 100] [--hours 1] [--capture PATH] [--json FILE]
 """
@@ -29,10 +32,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from proxy.capture.reader import read_capture
 from replay.plan import build_plan, recorded_events
 from replay.run import replay_reference
-from replay.scenario import load_builtin
+from replay.scenario import Scenario, load_builtin, parse_scenario
 from tests.support.synth import synthesize_capture
 
 GOAL_RATIO = 1_000.0
+
+# Every member bounced once within the hour (static: it comes back with its instance id within
+# its session timeout), either staying classic or switching to group.protocol=consumer.
+ROLLING_UPGRADE = """
+name: bench-{name}
+description: every member bounced once over the run{what}
+sessions: keep-running
+broker: {{build: "4.3", migration_policy: bidirectional}}
+rolling:
+  start_ms: 10000
+  interval_ms: {interval_ms}
+  downtime_ms: 2000
+  after: {after}
+expect:
+  refused: 0
+  group_type: {group_type}
+"""
+
+
+def rolling_scenario(members: int, duration_ms: int, consumer: bool) -> Scenario:
+    """The full rolling bounce of `members` within `duration_ms`, classic or to the consumer protocol."""
+    interval_ms = max(1, min((duration_ms - 20_000) // members, 1_800_000))
+    text = ROLLING_UPGRADE.format(
+        name="classic-to-consumer-rolling-upgrade" if consumer else "classic-rolling-bounce",
+        what=", back on the consumer protocol" if consumer else "",
+        interval_ms=interval_ms,
+        after="{protocol: consumer}" if consumer else "{}",
+        group_type="consumer" if consumer else "classic",
+    )
+    return parse_scenario(text, "bench/replay.py")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     for label, scenario in (
         ("replay as recorded (reference)", None),
         ("replay static-leader-bounce (reference)", load_builtin("static-leader-bounce")),
+        (
+            "classic rolling bounce, all members (reference)",
+            rolling_scenario(args.members, duration_ms, False),
+        ),
+        (
+            "classic -> consumer rolling upgrade, all members (reference)",
+            rolling_scenario(args.members, duration_ms, True),
+        ),
     ):
         walls = []
         result = None

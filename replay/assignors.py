@@ -123,13 +123,15 @@ ASSIGNORS: Final[dict[str, Callable[[Subscriptions, Topics], Assignment]]] = {
 }
 
 
-def encode(assignment: Assignment) -> dict[str, bytes]:
+def encode(assignment: Assignment, user_data: bytes | None = None) -> dict[str, bytes]:
+    """ConsumerProtocolAssignment bytes per member; `user_data` is what a custom assignor adds
+    (the built-in ones add none, which is what lets Kafka upgrade the group online)."""
     out: dict[str, bytes] = {}
     for member_id, partitions in assignment.items():
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
-        out[member_id] = encode_assignment(by_topic)
+        out[member_id] = encode_assignment(by_topic, user_data=user_data)
     return out
 
 
@@ -156,10 +158,14 @@ def compute(
 
 
 def assign(
-    protocol_name: str, subscriptions: Subscriptions, topics: Topics, client_software: str | None = None
+    protocol_name: str,
+    subscriptions: Subscriptions,
+    topics: Topics,
+    client_software: str | None = None,
+    user_data: bytes | None = None,
 ) -> dict[str, bytes]:
     """`compute`, encoded per member as ConsumerProtocolAssignment bytes."""
-    return encode(compute(protocol_name, subscriptions, topics, client_software))
+    return encode(compute(protocol_name, subscriptions, topics, client_software), user_data)
 
 
 __all__ = [

@@ -178,6 +178,32 @@ def _print_summary(
         console.print(f"{session}: replayed with group settings {described}")
     for run in sorted({run for _, run in rows}):
         console.print(f"  {run}: {_compared_with(run, scenario_name)}")
+    for session, result in results:
+        if result.steps:
+            console.print(_migration_table(session, result))
+
+
+def _migration_table(session: str, result: Any) -> Any:
+    """The protocol migration step by step: who was bounced, the group's type after it, the
+    most JoinGroups any remaining classic member sent (the rebalance-storm risk) and by whom,
+    and the partitions that changed hands."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"migration steps - {session} ({result.run})")
+    for column in ("step", "from s", "bounced", "group type", "classic rejoins (most)", "partitions moved"):
+        table.add_column(column, overflow="fold")
+    for step in result.steps:
+        most = max(step.rejoins.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+        table.add_row(
+            str(step.index),
+            f"{step.start_ms / 1000:.1f}",
+            escape(step.bounced or "-"),
+            step.group_type or "-",
+            f"{most[1]} ({escape(most[0])})" if most else "0",
+            str(step.partitions_moved),
+        )
+    return table
 
 
 def _parse_against(value: str) -> tuple[str, str | None]:

@@ -5,6 +5,14 @@ nullability and which columns are optional extensions. Everything else is derive
 JSON Lines reader's checks, the Parquet (pyarrow) schema here, and the validator's Spark
 StructType (`validator/schemas.py`). `RebalanceEvent` is the typed row; an import-time check keeps
 its fields in step with the table, so a column added to one and not the other fails at once.
+
+Versions (`EVENTS_FORMAT_VERSION`; a reader accepts every one):
+1. design section 4's columns, plus the optional `client_software` and `detail`;
+2. the classic -> consumer protocol migration (issue 14): optional `protocol` (classic |
+   consumer: what the member spoke in that exchange), `group_type` (classic | consumer: the
+   group's type as the clients saw it then), `member_epoch` (the KIP-848 member epoch of a
+   consumer-protocol row), and the event kinds `group_converted`, `assignment_revoked` and
+   `assignment_received` (the partitions in `assignment`). Format 1 files read with those null.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
-EVENTS_FORMAT_VERSION = 1
+EVENTS_FORMAT_VERSION = 2
 
 
 class ColumnType(StrEnum):
@@ -64,6 +72,12 @@ EVENT_TABLE: tuple[EventColumn, ...] = (
     EventColumn("client_software", ColumnType.STRING, True, optional=True),
     # AGREED #1: free text, e.g. why a run was not carried out (always set for `not_run`).
     EventColumn("detail", ColumnType.STRING, True, optional=True),
+    # Format 2 (the protocol migration): `classic` or `consumer`, what the member spoke
+    EventColumn("protocol", ColumnType.STRING, True, optional=True),
+    # the group's type (`classic` | `consumer`) as the clients saw it at that event
+    EventColumn("group_type", ColumnType.STRING, True, optional=True),
+    # a consumer-protocol member's epoch after the event (ConsumerGroupHeartbeat's answer)
+    EventColumn("member_epoch", ColumnType.INT, True, optional=True),
 )
 """The events contract, declared once (design section 4 plus the optional extensions)."""
 
@@ -77,6 +91,11 @@ class EventName(StrEnum):
     MEMBER_FENCED = "member_fenced"
     REQUEST_FAILED = "request_failed"
     NOT_RUN = "not_run"  # a run that could not be carried out: one row, the reason in `detail` (AGREED #1)
+    # format 2: the group changed type (`group_type` is the new one, `detail` says from what)
+    GROUP_CONVERTED = "group_converted"
+    # format 2: partitions a member gave up / was given (`assignment` holds them)
+    ASSIGNMENT_REVOKED = "assignment_revoked"
+    ASSIGNMENT_RECEIVED = "assignment_received"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +119,9 @@ class RebalanceEvent:
     assignment: tuple[str, ...] | None
     client_software: str | None = None  # optional column (EVENT_TABLE)
     detail: str | None = None  # optional column (EVENT_TABLE); the reason of a `not_run` row
+    protocol: str | None = None  # optional (format 2): classic | consumer
+    group_type: str | None = None  # optional (format 2): classic | consumer
+    member_epoch: int | None = None  # optional (format 2): KIP-848 member epoch
 
     @classmethod
     def not_run(

@@ -24,9 +24,12 @@ import asyncio
 import bisect
 import contextlib
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
 
 from proxy.wire import FrameDecoder, decode_response, encode_request, request_schema
 from proxy.wire.apis import ApiKey
@@ -39,6 +42,11 @@ from replay.scenario import AS_RECORDED, Scenario
 
 CLIENT_ID = "group-replay"
 FIND_COORDINATOR = int(ApiKey.FIND_COORDINATOR)
+
+
+CREATE_TOPICS = int(ApiKey.CREATE_TOPICS)
+METADATA = int(ApiKey.METADATA)
+CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 
 
 class ConnectionClosed(OSError):
@@ -116,6 +124,52 @@ async def find_coordinator(
     raise ConnectionClosed(f"{host}:{port}: no coordinator for group {group_id!r} ({last})")
 
 
+async def ensure_topics(
+    host: str, port: int, topics: dict[str, int], ranges: dict[int, tuple[int, int]], timeout_s: float = 60.0
+) -> dict[UUID, str]:
+    """KIP-848 members are assigned by the broker from its own metadata, so the topics the
+    recorded group consumed must exist there with the recorded partition counts: CreateTopics
+    (a topic that exists is left as it is, TOPIC_ALREADY_EXISTS), then Metadata v10+ until each
+    has a leader for every partition. Returns topic id -> name (the observer names assignments)."""
+    create = min(7, ranges.get(CREATE_TOPICS, (0, -1))[1])
+    metadata = min(12, ranges.get(METADATA, (0, -1))[1])
+    if create < 4 or metadata < 10:
+        raise UnsupportedByTarget(
+            "the broker cannot create topics (CreateTopics v4+) or name their ids (Metadata v10+)"
+        )
+    wanted = tuple(
+        {"name": t, "num_partitions": n, "replication_factor": -1} for t, n in sorted(topics.items())
+    )
+    await _once(
+        host,
+        port,
+        from_values(
+            request_schema(CREATE_TOPICS, create),
+            {"topics": wanted, "timeout": i32Timedelta.parse(timedelta(seconds=30)), "validate_only": False},
+        ),
+    )
+    ask = from_values(
+        request_schema(METADATA, metadata),
+        {
+            "topics": tuple({"name": t} for t in sorted(topics)),
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        answer = await _once(host, port, ask)
+        ready = {
+            UUID(str(t.topic_id)): str(t.name)
+            for t in answer.topics
+            if int(t.error_code) == 0 and t.partitions and all(int(p.leader_id) >= 0 for p in t.partitions)
+        }
+        if len(ready) == len(topics) or loop.time() > deadline:
+            return ready
+        await asyncio.sleep(0.5)
+
+
 class UnsupportedByTarget(ValueError):
     """The target does not serve an API version the run needs."""
 
@@ -178,6 +232,7 @@ class TcpTransport:
         self.connections.clear()
 
 
+CONSUMER_SESSION_TIMEOUT_MS = 45_000  # group.consumer.session.timeout.ms (Kafka's default)
 PACE_MARGIN_MS = 2_000
 """Real time kept beyond a broker timer's computed end (a loaded machine answers late)."""
 
@@ -217,7 +272,8 @@ class BrokerTimerPace:
 
     def stopped(self, now_ms: int, seat: Seat, was_running: bool, sent_leave: bool) -> None:
         if was_running and not sent_leave:
-            timeout = seat.member.join_settings.session_timeout_ms  # type: ignore[attr-defined]
+            settings = getattr(seat.member, "join_settings", None)  # a KIP-848 member: the broker's
+            timeout = settings.session_timeout_ms if settings else CONSUMER_SESSION_TIMEOUT_MS
             self._zombies[id(seat)] = (seat.member.instance_id, now_ms + timeout + self.margin_ms, timeout)
         if sent_leave:
             self._leaves_in_flight += 1
@@ -232,7 +288,7 @@ class BrokerTimerPace:
         if api_key == LEAVE:
             self._leaves_in_flight = max(0, self._leaves_in_flight - 1)
             self._leave_ms = now_ms
-        elif api_key in (HEARTBEAT, SYNC) and int(response.error_code) == 0:
+        elif api_key in (HEARTBEAT, SYNC, CONSUMER_GROUP_HEARTBEAT) and int(response.error_code) == 0:
             self._confirmed[id(seat)] = flight.sent_ms
 
     def hold_until(self, now_ms: int, seats: list[Seat]) -> int | None:
@@ -329,6 +385,13 @@ class LiveRunner(Runner):
     def check_scenario_versions(self, ranges: dict[int, tuple[int, int]]) -> None:
         """A JoinGroup version the scenario sets exactly must be served as is: the scenario is
         about that version (e.g. KIP-814 needs v9), so a broker without it cannot run it."""
+        # KIP-848 is generally available from Kafka 4.0, whose ConsumerGroupHeartbeat is v1
+        # (KIP-1082); 3.x advertises v0 of an early access it may not serve (3.9: connection closed)
+        if self.scenario.uses_consumer_protocol and ranges.get(CONSUMER_GROUP_HEARTBEAT, (0, -1))[1] < 1:
+            raise UnsupportedByTarget(
+                f"scenario {self.scenario.name} has consumer-protocol (KIP-848) members; the broker "
+                "serves no ConsumerGroupHeartbeat v1 (Kafka 4.0+)"
+            )
         rules = [rule for member_rule in self.scenario.members for rule in member_rule.settings.api_versions]
         if self.scenario.rolling is not None:
             rules += self.scenario.rolling.after.api_versions
@@ -355,6 +418,9 @@ class LiveRunner(Runner):
         transport = TcpTransport(self, host, port, wake)
         self.transport = transport
         self.check_scenario_versions(ranges)
+        if self.scenario.uses_consumer_protocol:
+            topics = {t: n for seat in self.seats for t, n in seat.topics.items()}
+            self.observer.topic_names.update(await ensure_topics(host, port, topics, ranges))
         self.clamp_versions(ranges)  # what the recorded clients would have negotiated
         end_ms = self.schedule()
         self.clamp_versions(ranges)  # companions of a scenario's JoinGroup version
@@ -435,8 +501,10 @@ def replay_broker_version(
     settings (Kafka's defaults where the capture does not say), replay against it, stop it."""
     from harness.broker import start_broker
 
-    settings = group_settings(plan.group_settings)
-    with start_broker(kafka_version=kafka_version, extra_config=settings.broker_config()) as broker:
+    config = group_settings(plan.group_settings).broker_config()
+    if scenario.uses_consumer_protocol:  # the scenario's group.consumer.migration.policy
+        config["group.consumer.migration.policy"] = scenario.broker.migration_policy.value
+    with start_broker(kafka_version=kafka_version, extra_config=config) as broker:
         return replay_live(
             plan,
             scenario,
@@ -454,6 +522,7 @@ __all__ = [
     "TcpTransport",
     "UnsupportedByTarget",
     "api_versions",
+    "ensure_topics",
     "find_coordinator",
     "replay_broker_version",
     "replay_live",

@@ -17,8 +17,9 @@ the response handlers (`JoinGroupResponseHandler`, `SyncGroupResponseHandler`,
 `HeartbeatResponseHandler`, `joinGroupIfNeeded`), `ConsumerCoordinator` for the leader's
 assignment (`onLeaderElected` runs the assignor the group selected, `replay.assignors`).
 
-A KIP-848 (consumer protocol, ConsumerGroupHeartbeat) member would be a second class with the
-same five methods and the same commands: the runners only speak `GroupMember`.
+The KIP-848 member (consumer protocol, ConsumerGroupHeartbeat) is the second class with the
+same five methods and the same commands (`replay.consumer_member.ConsumerMember`): the runners
+only speak `GroupMember`.
 """
 
 from __future__ import annotations
@@ -199,14 +200,16 @@ Commands = tuple[Command, ...]
 
 
 class GroupMember(Protocol):
-    """What a runner drives: the classic member here; a KIP-848 member would be another."""
+    """What a runner drives: the classic member here, the KIP-848 one in replay.consumer_member."""
 
     member_key: str
-    state: MemberState
     incarnation: int
     is_leader: bool
     instance_id: str | None  # a scenario may change it between incarnations
     api_versions: dict[int, int]  # per API key; a scenario or the broker's ApiVersions may lower them
+
+    @property
+    def state(self) -> MemberState: ...  # the lifecycle (a KIP-848 member maps its own states on it)
 
     def start(self, now_ms: int) -> Commands: ...
     def stop(self, now_ms: int, leave: bool) -> Commands: ...
@@ -306,6 +309,7 @@ class ClassicMember:
         # ConsumerCoordinator picks COOPERATIVE when every configured assignor supports it
         self.cooperative = bool(join.protocols) and all(n == "cooperative-sticky" for n, _ in join.protocols)
         self.error_code = 0  # the error that made the member FATAL
+        self.assignment_user_data: bytes | None = None  # a custom assignor's userData (scenario)
         self._heartbeat: tuple[tuple[int, int, str, str | None], Send] | None = None
 
     @property
@@ -433,7 +437,9 @@ class ClassicMember:
         for _, metadata in subscriptions.values():
             for topic in subscribed_topics(metadata):
                 topics.setdefault(topic, 0)
-        return assign(protocol_name or "range", subscriptions, topics, self.client_software)
+        return assign(
+            protocol_name or "range", subscriptions, topics, self.client_software, self.assignment_user_data
+        )
 
     def _next_heartbeat(self, now_ms: int) -> Commands:
         return (WakeAt(self._heartbeat_due(now_ms), Wake.HEARTBEAT, self.incarnation, self.generation_id),)

@@ -38,7 +38,9 @@ def schedule_restarts(runner: Any, settle_ms: int) -> int:
 
 def move_coordinator(now_ms: int, transport: Any) -> None:
     """Replace the transport's coordinator by one loaded from its log."""
-    transport.coordinator = moved(transport.coordinator, transport.records, now_ms, transport.outputs)
+    transport.coordinator = moved(
+        transport.coordinator, transport.records, now_ms, transport.outputs, transport.configure
+    )
 
 
 def moved(
@@ -46,11 +48,15 @@ def moved(
     records: list[Record],
     now_ms: int,
     deliver: Callable[[int, list[Output]], None],
+    configure: Callable[[GroupCoordinator], None] | None = None,
 ) -> GroupCoordinator:
     """The coordinator that replaces `old` (same configuration), loaded from its log; `deliver`
-    gets the outputs of both (the unloaded groups' answers, the new coordinator's epoch record)."""
+    gets the outputs of both (the unloaded groups' answers, the new coordinator's epoch record);
+    `configure` sets the new one up as the old was before it loads (the scenario's KIP-848 rules)."""
     deliver(now_ms, old.unload(now_ms))
     new = GroupCoordinator(old.config)
+    if configure is not None:
+        configure(new)
     new.load(records, now_ms)
     deliver(now_ms, new.advance(now_ms))
     return new

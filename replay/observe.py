@@ -19,12 +19,24 @@ What is derived, and from what:
   that never came back). Undetectable when a static leader rejoins below v9 and gets no members.
 - `request_failed`: any other non-zero error code, except Heartbeat REBALANCE_IN_PROGRESS, which
   is how the coordinator asks for a rejoin and whose count depends only on heartbeat timing.
+
+KIP-848 (events format 2): a ConsumerGroupHeartbeat with epoch 0 that succeeds is a
+`member_joined`, one with epoch -1/-2 a `member_left`; an answer carrying an assignment with a
+member epoch higher than any seen is a `rebalance_started` (the group moved to a new target, as
+tests/support/corpus.py counts consumer-protocol rebalances). Every member's partitions are
+followed: what a new assignment (SyncGroup, or a heartbeat answer's) drops is an
+`assignment_revoked`, what it adds an `assignment_received`, each with those partitions. The
+group's type is what the clients can see: a consumer-protocol answer, or a classic JoinGroup
+answered without a leader (a classic member inside a consumer group is always a follower),
+means `consumer`; a classic JoinGroup answered with a leader means `classic`; a change is a
+`group_converted` (detail: from -> to). Every row says the `protocol` its member spoke.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
@@ -35,6 +47,9 @@ from replay.events import EventName, RebalanceEvent
 
 FENCED_INSTANCE_ID = int(ErrorCode.fenced_instance_id)
 REBALANCE_IN_PROGRESS = int(ErrorCode.rebalance_in_progress)
+CLASSIC = "classic"
+CONSUMER = "consumer"
+_CLASSIC_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +73,9 @@ class _MemberView:
     is_leader: bool = False
     protocol_name: str | None = None
     skip_assignment: bool | None = None
+    protocol: str = CLASSIC
+    member_epoch: int | None = None
+    owned: frozenset[str] = frozenset()  # topic-partitions it holds (assignment deltas)
 
 
 @dataclass(slots=True)
@@ -71,6 +89,7 @@ class _GroupView:
     # identity (instance id, else member id) -> is static, from the last leader's member list
     last_members: dict[str, bool] = field(default_factory=dict)
     departed: set[str] = field(default_factory=set)  # identities that left or were fenced since
+    group_type: str | None = None  # classic | consumer, as the clients saw it (None: not yet)
 
 
 def _error(entity: Any) -> int:
@@ -98,11 +117,16 @@ class GroupObserver:
         self.client_software: dict[str, str] = {}
         self._groups: dict[str, _GroupView] = {}
         self._members: dict[tuple[str, str], _MemberView] = {}
+        # topic id -> name, for consumer-protocol assignments (the run knows its topics' ids)
+        self.topic_names: dict[UUID, str] = {}
 
     def observe(self, exchange: Exchange) -> list[RebalanceEvent]:
         """Events this exchange produced (also appended to `events`)."""
         if exchange.response is None:
             return []
+        if exchange.api_key in _CLASSIC_APIS:  # the member speaks classic now (maybe after KIP-848)
+            member = self._member(exchange.request.group_id, exchange.member_key)
+            member.protocol, member.member_epoch = CLASSIC, None
         match exchange.api_key:
             case ApiKey.JOIN_GROUP:
                 new = self._join(exchange)
@@ -116,6 +140,8 @@ class GroupObserver:
             case ApiKey.OFFSET_COMMIT:
                 code = _error(exchange.response) or _offset_commit_error(exchange.response)
                 new = self._failure(exchange, code) if code else []
+            case ApiKey.CONSUMER_GROUP_HEARTBEAT:
+                new = self._consumer_heartbeat(exchange)
             case _:
                 new = []
         self.events.extend(new)
@@ -136,6 +162,7 @@ class GroupObserver:
         generation = int(response.generation_id)
         member.member_id = response.member_id
         member.generation_id = generation
+        out += self._group_type(ex, group, member, CONSUMER if not response.leader else CLASSIC)
         member.is_leader = response.leader == response.member_id
         member.protocol_name = response.protocol_name
         member.skip_assignment = bool(response.skip_assignment) if ex.api_version >= 9 else None
@@ -191,7 +218,8 @@ class GroupObserver:
                 assignment = decode_assignment(response.assignment)
             except CodecError:
                 assignment = None
-        return [self._event(ex, group, EventName.GENERATION_COMPLETED, member, assignment=assignment)]
+        done = [self._event(ex, group, EventName.GENERATION_COMPLETED, member, assignment=assignment)]
+        return done + self._assigned(ex, group, member, assignment)
 
     def _leave(self, ex: Exchange) -> list[RebalanceEvent]:
         request, response = ex.request, ex.response
@@ -203,7 +231,8 @@ class GroupObserver:
                 return self._failure(ex, top_code)
             member = self._member(request.group_id, ex.member_key)
             group.departed.add(member.group_instance_id or member.member_id)
-            return [self._event(ex, group, EventName.MEMBER_LEFT, member, is_leader=False)]
+            left = self._event(ex, group, EventName.MEMBER_LEFT, member, is_leader=False)
+            return [left, *self._assigned(ex, group, member, ())]
         if top_code and not getattr(response, "members", ()):
             return self._failure(ex, top_code)
         for entry in response.members:
@@ -221,6 +250,7 @@ class GroupObserver:
             out.append(
                 self._event(ex, group, EventName.MEMBER_LEFT, member, member_key=member_key, is_leader=False)
             )
+            out += self._assigned(ex, group, member, (), member_key)  # a member that left holds nothing
         return out
 
     def _failure(self, ex: Exchange, code: int, member_key: str | None = None) -> list[RebalanceEvent]:
@@ -234,6 +264,84 @@ class GroupObserver:
         else:
             name = EventName.REQUEST_FAILED
         return [self._event(ex, group, name, member, member_key=key, error_code=code)]
+
+    def _consumer_heartbeat(self, ex: Exchange) -> list[RebalanceEvent]:
+        """A ConsumerGroupHeartbeat (KIP-848): joins, leaves, new epochs, partitions."""
+        request, response = ex.request, ex.response
+        group = self._group(request.group_id)
+        member = self._member(request.group_id, ex.member_key)
+        member.protocol = CONSUMER
+        member.group_instance_id = request.instance_id
+        member.join_api_version = -1
+        code = _error(response)
+        if code:
+            return self._failure(ex, code)
+        sent_epoch = int(request.member_epoch)
+        member.member_id = str(response.member_id or request.member_id)
+        member.member_epoch = int(response.member_epoch)
+        group.member_key_by_id[member.member_id] = ex.member_key
+        if sent_epoch < 0:
+            left = self._event(ex, group, EventName.MEMBER_LEFT, member, is_leader=False)
+            return [left, *self._assigned(ex, group, member, ())]
+        out = self._group_type(ex, group, member, CONSUMER)
+        if response.assignment is not None and member.member_epoch > group.generation_id:
+            group.generation_id = member.member_epoch
+            out.append(self._event(ex, group, EventName.REBALANCE_STARTED, member))
+        if sent_epoch == 0:  # a (re)joining member owns nothing (its TopicPartitions are empty)
+            out += self._assigned(ex, group, member, ())
+            out.append(self._event(ex, group, EventName.MEMBER_JOINED, member))
+        if response.assignment is not None:
+            names = self.topic_names
+            assigned = tuple(
+                f"{names.get(UUID(str(tp.topic_id)), str(tp.topic_id))}-{int(p)}"
+                for tp in response.assignment.topic_partitions
+                for p in tp.partitions
+            )
+            out += self._assigned(ex, group, member, assigned)
+        return out
+
+    def _assigned(
+        self,
+        ex: Exchange,
+        group: _GroupView,
+        member: _MemberView,
+        assignment: tuple[str, ...] | None,
+        member_key: str | None = None,
+    ) -> list[RebalanceEvent]:
+        """assignment_revoked / assignment_received: what a new assignment drops and adds (a
+        member that leaves, or rejoins with epoch 0, drops everything)."""
+        if assignment is None:
+            return []
+        now = frozenset(assignment)
+        revoked, received = member.owned - now, now - member.owned
+        member.owned = now
+        out = []
+        for name, partitions in (
+            (EventName.ASSIGNMENT_REVOKED, revoked),
+            (EventName.ASSIGNMENT_RECEIVED, received),
+        ):
+            if partitions:
+                moved = tuple(sorted(partitions))
+                out.append(self._event(ex, group, name, member, member_key=member_key, assignment=moved))
+        return out
+
+    def _group_type(
+        self, ex: Exchange, group: _GroupView, member: _MemberView, seen: str
+    ) -> list[RebalanceEvent]:
+        """The group's type as this answer shows it; a change is a `group_converted`."""
+        before = group.group_type
+        group.group_type = seen
+        if before is None or before == seen:
+            return []
+        # the new group numbers its epochs afresh (an offline migration) and has its own members
+        group.generation_id = -1
+        group.last_members = {}
+        group.departed.clear()
+        return [
+            self._event(
+                ex, group, EventName.GROUP_CONVERTED, member, is_leader=False, detail=f"{before} -> {seen}"
+            )
+        ]
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -260,6 +368,7 @@ class GroupObserver:
         is_leader: bool | None = None,
         error_code: int = 0,
         assignment: tuple[str, ...] | None = None,
+        detail: str | None = None,
     ) -> RebalanceEvent:
         seq = group.seq
         group.seq += 1
@@ -282,4 +391,8 @@ class GroupObserver:
             error_code=error_code,
             assignment=assignment,
             client_software=self.client_software.get(member_key or ex.member_key),
+            detail=detail,
+            protocol=member.protocol,
+            group_type=group.group_type,
+            member_epoch=member.member_epoch,
         )

@@ -17,36 +17,40 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from proxy.membership import render_instance_id
 from proxy.wire import response_schema
+from replay import migration
 from replay.brokers import group_settings
 from replay.clock import VirtualClock
-from replay.coordinator import Append, CoordinatorConfig, GroupCoordinator, Record, RequestContext, Respond
+from replay.consumer_member import CONSUMER_HEARTBEAT, is_leave
+from replay.coordinator import (
+    Append,
+    CoordinatorConfig,
+    GroupCoordinator,
+    KafkaBehaviour,
+    Record,
+    RequestContext,
+    Respond,
+)
 from replay.events import EventName, RebalanceEvent
 from replay.member import (
     HEARTBEAT,
-    JOIN,
     LEAVE,
     REQUEST_TIMEOUT_MS,
-    ClassicMember,
     Commands,
-    GroupMember,
-    JoinSettings,
     MemberState,
     Send,
     WakeAt,
-    companion_versions,
     from_values,
 )
 from replay.moves import schedule_restarts
 from replay.observe import Exchange, GroupObserver
-from replay.plan import MemberScript, RecordedMemberIds, ReplayPlan
+from replay.plan import RecordedMemberIds, ReplayPlan
 from replay.scenario import (
     AS_RECORDED,
     BounceOrder,
@@ -54,10 +58,10 @@ from replay.scenario import (
     LeaveOnShutdown,
     MemberSelector,
     MemberSettings,
-    Membership,
     Scenario,
-    VersionRule,
+    Sessions,
 )
+from replay.seats import Seat, apply_settings, closes_with_leave, new_member
 
 MAX_ROLLING_SPAN_MS = 6 * 3_600_000
 """Longest rolling bounce a run carries out (members x rolling.interval_ms): the per-value bounds of
@@ -77,15 +81,7 @@ class RunResult:
     failures: tuple[str, ...] = ()
     describes: tuple[tuple[Any, ...], ...] = ()
     not_run: str | None = None
-
-
-@dataclass(slots=True, eq=False)
-class Seat:
-    """A recorded member's place in a run: its script, its state machine, its current connection."""
-
-    script: MemberScript
-    member: GroupMember  # ClassicMember today; a KIP-848 member would sit here unchanged
-    connection_id: int = 0
+    steps: tuple[migration.StepStats, ...] = ()  # a protocol migration's view, step by step
 
 
 @dataclass(slots=True)
@@ -100,22 +96,6 @@ class InFlight:
 class Transport(Protocol):
     def send(self, now_ms: int, flight: InFlight) -> None: ...
     def disconnect(self, connection_id: int, now_ms: int) -> None: ...
-
-
-def new_member(script: MemberScript, topics: dict[str, int]) -> ClassicMember:
-    versions = companion_versions(script.api_versions.get(JOIN, int(type(script.join_template).__version__)))
-    versions.update(script.api_versions)
-    return ClassicMember(
-        script.member_key,
-        script.client_id,
-        JoinSettings.from_request(script.join_template),
-        instance_id=script.group_instance_id,
-        api_versions=versions,
-        heartbeat_interval_ms=script.heartbeat_interval_ms,
-        topics=topics,
-        heartbeat_times_ms=script.heartbeat_times_ms,
-        client_software=script.client_software,
-    )
 
 
 def _topics(plan: ReplayPlan, group_id: str) -> dict[str, int]:
@@ -140,7 +120,8 @@ class Runner:
         self._connections = 0
         self.rpcs = 0
         self._fault_budget = [f.count for f in scenario.faults]
-        self.seats = [Seat(s, new_member(s, _topics(plan, s.group_id))) for s in plan.scripts]
+        self.seats = [Seat(s, new_member(s, t), t) for s in plan.scripts for t in [_topics(plan, s.group_id)]]
+        self.bounced: list[str] = []  # member_key of each rolling bounce, in order (the steps)
         self.window_start_ms = 0
         self._order: list[Seat] = []
         # (kind, now_ms, flight, response): a synthetic capture records the run through this
@@ -184,9 +165,14 @@ class Runner:
         seat, leave = arg
         self.apply(now_ms, seat, seat.member.stop(now_ms, leave))
 
+    def close(self, now_ms: int, arg: tuple[Seat, bool]) -> None:
+        """A recorded stop: the recorded LeaveGroup, or what the member's close() sends."""
+        seat, left = arg
+        self.stop(now_ms, (seat, closes_with_leave(seat.member, left)))
+
     def restart(self, now_ms: int, seat: Seat) -> None:
         """A recorded reconnect: the process restarted (a static member sends no LeaveGroup)."""
-        self.stop(now_ms, (seat, False))
+        self.close(now_ms, (seat, False))
         self.start(now_ms, seat)
 
     # -- requests through faults to the transport ---------------------------------------------
@@ -229,16 +215,14 @@ class Runner:
         seat, send = flight.seat, flight.send
         if self.recorder is not None and flight.correlation_id >= 0:
             self.recorder("response", now_ms, flight, response)
-        if send.incarnation != seat.member.incarnation and send.api_key != LEAVE:
+        if send.incarnation != seat.member.incarnation and send.api_key != LEAVE and not is_leave(send):
             # The process that sent it is gone (stopped, restarted or fenced): its connection is
             # closed, so no client reads this answer and no capture holds it. Kafka still answers
             # a dead static member's held JoinGroup with FENCED_INSTANCE_ID when its successor
             # joins (KIP-345 replaceStaticMember); observing that made the reference "fence"
             # members the recording never saw. A LeaveGroup is the one answer close() awaits.
             return
-        # The observer derives nothing from a successful heartbeat (replay.observe): skip building
-        # the exchange on the hot path.
-        if send.api_key != HEARTBEAT or response.error_code != 0:
+        if response.error_code != 0 or not _uneventful(send, response):  # skip them on the hot path
             self.observer.observe(
                 Exchange(
                     now_ms, seat.script.member_key, send.api_key, send.api_version, send.request, response
@@ -253,18 +237,15 @@ class Runner:
         for seat in self.seats:
             for rule in scenario.members:
                 if _matches(rule.match, seat):
-                    _apply_settings(seat, rule.settings, scenario.broker_api_versions)
+                    apply_settings(seat, rule.settings, scenario.broker_api_versions)
                     break
             else:
-                _apply_settings(seat, MemberSettings(), scenario.broker_api_versions)
+                apply_settings(seat, MemberSettings(), scenario.broker_api_versions)
         end_ms = self.plan.end_ms
         first_joins = [seat.script.sessions[0].start_ms for seat in self.seats]
         settle_ms = max(first_joins) if first_joins else 0
         for seat in self.seats:
-            for index, session in enumerate(seat.script.sessions):
-                self.at(session.start_ms, self.start if index == 0 else self.restart, seat)
-                if session.stop_ms is not None:
-                    self.at(session.stop_ms, self.stop, (seat, session.left))
+            self._schedule_sessions(seat)
         rolling = scenario.rolling
         if rolling is not None:
             first_bounce = settle_ms + rolling.start_ms
@@ -284,6 +265,16 @@ class Runner:
             self.window_start_ms = settle_ms if scenario is not AS_RECORDED else 0
         end_ms = max(end_ms, schedule_restarts(self, settle_ms))  # scenario coordinator_restarts
         return end_ms + scenario.duration_ms
+
+    def _schedule_sessions(self, seat: Seat) -> None:
+        """The member's recorded sessions (keep-running: only its first start)."""
+        sessions = seat.script.sessions
+        if self.scenario.sessions is Sessions.KEEP_RUNNING:
+            sessions = sessions[:1]
+        for index, session in enumerate(sessions):
+            self.at(session.start_ms, self.start if index == 0 else self.restart, seat)
+            if session.stop_ms is not None and self.scenario.sessions is Sessions.AS_RECORDED:
+                self.at(session.stop_ms, self.close, (seat, session.left))
 
     def _bounced_count(self) -> int:
         """How many seats the rolling bounce can take (its time counts only theirs). A `leader`
@@ -326,20 +317,39 @@ class Runner:
         assert rolling is not None
         static = seat.member.instance_id is not None
         leave = rolling.leave_on_shutdown == LeaveOnShutdown.ALWAYS or (
-            rolling.leave_on_shutdown == LeaveOnShutdown.DYNAMIC and not static
+            rolling.leave_on_shutdown == LeaveOnShutdown.DYNAMIC
+            and closes_with_leave(seat.member, not static)
         )
+        self.bounced.append(seat.script.member_key)
         self.stop(now_ms, (seat, leave))
         self.at(now_ms + rolling.downtime_ms, self._restart_bounced, seat)
 
     def _restart_bounced(self, now_ms: int, seat: Seat) -> None:
         assert self.scenario.rolling is not None
-        _apply_settings(seat, self.scenario.rolling.after, self.scenario.broker_api_versions)
+        apply_settings(seat, self.scenario.rolling.after, self.scenario.broker_api_versions)
         self.start(now_ms, seat)
 
     def result(self, end_ms: int) -> RunResult:
         events = tuple(self.observer.events)
-        failures = tuple(check_expectations(self.scenario, events, self.window_start_ms))
-        return RunResult(self.observer.run, events, self.rpcs, end_ms, failures)
+        failures = tuple(check_expectations(self.scenario, events, self.window_start_ms, self.bounced))
+        steps: tuple[migration.StepStats, ...] = ()
+        if self.scenario.uses_consumer_protocol:
+            rolling = self.scenario.rolling
+            interval = rolling.interval_ms if rolling is not None else None
+            steps = tuple(migration.step_stats(events, self.window_start_ms, interval, self.bounced))
+        return RunResult(self.observer.run, events, self.rpcs, end_ms, failures, steps=steps)
+
+
+def _uneventful(send: Send, response: Any) -> bool:
+    """A successful heartbeat the observer derives nothing from (replay.observe): a classic
+    Heartbeat, or a KIP-848 one answered with the same epoch and no assignment."""
+    if send.api_key == HEARTBEAT:
+        return True
+    return (
+        send.api_key == CONSUMER_HEARTBEAT
+        and response.assignment is None
+        and response.member_epoch == send.request.member_epoch
+    )
 
 
 def not_run_result(plan: ReplayPlan, scenario: Scenario, run: str, reason: str) -> RunResult:
@@ -349,47 +359,6 @@ def not_run_result(plan: ReplayPlan, scenario: Scenario, run: str, reason: str) 
         RebalanceEvent.not_run(plan.session_id, scenario.name, run, group_id, reason) for group_id in groups
     )
     return RunResult(run, events, not_run=reason)
-
-
-def _apply_settings(seat: Seat, settings: MemberSettings, broker_caps: tuple[VersionRule, ...]) -> None:
-    _apply_membership(seat, settings)
-    _apply_versions(seat.member.api_versions, settings.api_versions, broker_caps)
-
-
-def _apply_membership(seat: Seat, settings: MemberSettings) -> None:
-    script, member = seat.script, seat.member
-    match settings.membership:
-        case Membership.STATIC:
-            template = settings.instance_id or script.group_instance_id or "{client_id}-{ordinal}"
-            member.instance_id = _instance_id(template, script)
-        case Membership.DYNAMIC:
-            member.instance_id = None
-        case Membership.AS_RECORDED:
-            member.instance_id = script.group_instance_id
-        case None:
-            if settings.instance_id is not None:
-                member.instance_id = _instance_id(settings.instance_id, script)
-
-
-def _apply_versions(
-    versions: dict[int, int], rules: tuple[VersionRule, ...], broker_caps: tuple[VersionRule, ...]
-) -> None:
-    for rule in rules:
-        if rule.api_key == JOIN:
-            versions[JOIN] = rule.apply(versions[JOIN])
-            if rule.exact:  # companions follow an exact JoinGroup version
-                versions.update(companion_versions(versions[JOIN]))
-        elif rule.api_key in versions:
-            versions[rule.api_key] = rule.apply(versions[rule.api_key])
-    for rule in broker_caps:
-        if rule.api_key in versions:
-            versions[rule.api_key] = min(versions[rule.api_key], rule.api_version)
-
-
-def _instance_id(template: str, script: MemberScript) -> str:
-    return render_instance_id(
-        template, client_id=script.client_id, ordinal=script.ordinal, member_key=script.member_key
-    )
 
 
 def _matches(selector: MemberSelector, seat: Seat) -> bool:
@@ -429,9 +398,14 @@ class CoordinatorTransport:
         self.runner = runner
         self.coordinator = GroupCoordinator(config)
         self.records: list[Record] = []  # the coordinator's log (replay.coordinator.records)
+        self.configure(self.coordinator)
         self._correlation = 0
         self._pending: dict[tuple[int, int], InFlight] = {}
         self._queued: dict[int, list[InFlight]] = {}  # connection -> requests behind its unanswered one
+
+    def configure(self, coordinator: GroupCoordinator) -> None:
+        """The scenario's KIP-848 rules and topics, on this coordinator or one that replaces it."""
+        configure_consumer_groups(coordinator, self.runner)
 
     def send(self, now_ms: int, flight: InFlight) -> None:
         queued = self._queued.get(flight.connection_id)
@@ -486,6 +460,17 @@ class CoordinatorTransport:
                     self._release(now_ms, flight.connection_id)
 
 
+def configure_consumer_groups(coordinator: GroupCoordinator, runner: Runner) -> None:
+    """KIP-848 on a reference coordinator (a new one too, e.g. after a restart): the scenario's
+    broker rules, and the topics the members know, with the ids the reference gives them, so the
+    observer names consumer-protocol assignments."""
+    consumer = coordinator.consumer
+    consumer.coordinator.config = runner.scenario.broker.consumer_config()
+    topics = {topic: count for seat in runner.seats for topic, count in seat.topics.items()}
+    consumer.use_topics(topics)
+    runner.observer.topic_names.update({consumer.coordinator.topic_id(t): t for t in topics})
+
+
 def run_virtual(
     runner: Runner, transport: CoordinatorTransport, progress: Callable[[int, int], None] | None
 ) -> int:
@@ -531,6 +516,9 @@ def replay_reference(
     broker's group settings (capture header; Kafka's defaults where unknown) unless `config`."""
     if config is None:
         config = group_settings(plan.group_settings).coordinator_config()
+    if scenario.uses_consumer_protocol or scenario.broker.build is not None:
+        # KIP-848 runs on the new group coordinator only (Kafka 4.x)
+        config = dataclasses.replace(config, kafka_behaviour=KafkaBehaviour.NEW_COORDINATOR)
     changed = scenario.members or scenario.rolling or scenario.faults or scenario.coordinator_restarts
     if config.member_ids is None and not changed:
         # the recorded membership: the members get the ids the recorded broker gave them
@@ -545,7 +533,7 @@ def replay_reference(
 
 
 def check_expectations(
-    scenario: Scenario, events: Iterable[RebalanceEvent], window_start_ms: int
+    scenario: Scenario, events: Iterable[RebalanceEvent], window_start_ms: int, bounced: Sequence[str] = ()
 ) -> list[str]:
     """Unmet expectations. Member globs in `fenced`/`expired` match the group.instance.id a member
     was fenced or expired under (fencing is about instance ids, KIP-345), else its member_key."""
@@ -579,7 +567,8 @@ def check_expectations(
     for code in expect.errors:
         if code not in codes:
             failures.append(f"errors: expected error code {code} ({ErrorCode(code).name}), not seen")
-    return failures
+    interval = scenario.rolling.interval_ms if scenario.rolling is not None else None
+    return failures + migration.check(expect.migration, rows, window_start_ms, interval, bounced)
 
 
 __all__ = [
@@ -590,6 +579,7 @@ __all__ = [
     "Seat",
     "Transport",
     "check_expectations",
+    "configure_consumer_groups",
     "not_run_result",
     "replay_reference",
     "run_virtual",

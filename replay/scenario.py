@@ -15,6 +15,9 @@ unless noted; every number is bounded, ranges in brackets):
     description: str               (required)
     duration_ms: int               how long to run after the recorded traffic ends (default 30000)
                                    [1..3600000]
+    sessions: as-recorded | keep-running   keep-running: each member starts when it first did and
+                                   runs until the scenario stops it (recorded stops and restarts
+                                   are not replayed: a steady group, a migration on its own)
     broker_api_versions: {Api: v}  ApiVersions caps the coordinator advertises (a broker downgrade)
     members:                       per-member settings from the start, first match wins
       - match: {client_id: glob, ordinal: int, instance_id: glob, member_key: glob, leader: bool, all: true}
@@ -23,6 +26,14 @@ unless noted; every number is bounded, ranges in brackets):
         instance_id: template      for static members: {client_id} {ordinal} {member_key} only, no
                                    format specs; at most 249 characters of text (Kafka's limit)
         api_versions: {Api: v | {max: v}}     exact version, or a cap (a version kio knows)
+        protocol: classic | consumer          what the member speaks (KIP-848: consumer speaks
+                                   ConsumerGroupHeartbeat), keeping its identity and timing
+        server_assignor: name      what a consumer-protocol member asks for (group.remote.assignor)
+        assignors: [name]          a classic member's partition.assignment.strategy (range,
+                                   roundrobin, sticky, cooperative-sticky), preference order
+        assignor_user_data: text   userData a custom classic assignor adds to each assignment
+    broker: {build: "4.0" | "4.3", migration_policy: disabled | upgrade | downgrade | bidirectional}
+                                   whose consumer-group rules apply (default 4.3, bidirectional)
     rolling:                       a rolling bounce of the members
       members: [selector...]       which members (default all), in ordinal order
       order: ordinal | reverse | leader-first | leader-last
@@ -31,7 +42,8 @@ unless noted; every number is bounded, ranges in brackets):
                                    down [0..1800000] (Kafka's group.max.session.timeout.ms default)
       leave_on_shutdown: dynamic | always | never  who sends LeaveGroup when stopping (default
                                    dynamic: what the Java consumer does)
-      after: {membership, instance_id, api_versions}   what a bounced member comes back as
+      after: {membership, instance_id, api_versions, protocol, server_assignor}
+                                   what a bounced member comes back as
     faults:
       - match: selector  api: Api  kind: delay | drop | error
         at_ms: int [0..3600000]  count: int (default 1) [1..10000]  delay_ms: int [0..1800000]
@@ -45,6 +57,8 @@ unless noted; every number is bounded, ranges in brackets):
       fenced: int | [member_key glob]  expired: int | [glob]      counts [0..1000000]
       leader_skips_assignment: bool            some rejoining leader got SkipAssignment (or none did)
       errors: [int]                            error codes that must appear (others may too) [-1..32767]
+      group_type, refused, rejoins_per_step, partitions_moved_per_step: the migration's
+                                               (replay.migration)
 
 The bounds keep a reference replay (simulated time, members heartbeating every few seconds) to
 seconds of work: an interval of 2^31 ms would simulate weeks of heartbeats.
@@ -54,10 +68,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
@@ -70,8 +86,11 @@ from proxy.membership import (
     read_selector,
 )
 from proxy.yaml_reader import YamlInputError, YamlReader, compose, read_text
+from replay import migration
+from replay.migration import BrokerRules, GroupProtocol, MigrationExpectations
 
 DEFAULT_DURATION_MS = 30_000
+T = TypeVar("T")
 
 # Bounds of every number a scenario gives (documented above).
 MAX_SPAN_MS = 3_600_000  # duration_ms, rolling.start_ms, faults.at_ms: one hour of simulated time
@@ -102,6 +121,11 @@ class LeaveOnShutdown(StrEnum):
     NEVER = "never"
 
 
+class Sessions(StrEnum):
+    AS_RECORDED = "as-recorded"
+    KEEP_RUNNING = "keep-running"
+
+
 class FaultKind(StrEnum):
     DELAY = "delay"
     DROP = "drop"
@@ -125,6 +149,10 @@ class MemberSettings:
     membership: Membership | None = None  # None: unchanged
     instance_id: str | None = None  # template
     api_versions: tuple[VersionRule, ...] = ()
+    protocol: GroupProtocol | None = None  # None: unchanged
+    server_assignor: str | None = None
+    assignors: tuple[str, ...] | None = None  # classic partition.assignment.strategy
+    assignor_user_data: bytes | None = None  # a custom classic assignor's assignment userData
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +231,7 @@ class Expectations:
     expired: CountExpectation | None = None
     leader_skips_assignment: bool | None = None
     errors: tuple[int, ...] = ()
+    migration: MigrationExpectations = field(default_factory=MigrationExpectations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +245,18 @@ class Scenario:
     rolling: RollingBounce | None = None
     faults: tuple[Fault, ...] = ()
     expect: Expectations = Expectations()
+    broker: BrokerRules = field(default_factory=BrokerRules)
+    sessions: Sessions = Sessions.AS_RECORDED
     text: str = field(default="", compare=False, repr=False)
     coordinator_restarts: tuple[CoordinatorRestart, ...] = ()
+
+    @property
+    def uses_consumer_protocol(self) -> bool:
+        """Some member speaks KIP-848 at some point (the run needs a 4.x coordinator)."""
+        rules = [rule.settings for rule in self.members]
+        if self.rolling is not None:
+            rules.append(self.rolling.after)
+        return any(s.protocol is GroupProtocol.CONSUMER for s in rules)
 
 
 AS_RECORDED = Scenario(name="as-recorded", description="the capture replayed as it ran", source="builtin")
@@ -226,7 +265,15 @@ AS_RECORDED = Scenario(name="as-recorded", description="the capture replayed as 
 # ---------------------------------------------------------------------------------------------
 # Loading and validation (proxy.yaml_reader: nodes keep their line numbers)
 
-_MEMBER_SETTING_KEYS = {"membership", "instance_id", "api_versions"}
+_MEMBER_SETTING_KEYS = {
+    "membership",
+    "instance_id",
+    "api_versions",
+    "protocol",
+    "server_assignor",
+    "assignors",
+    "assignor_user_data",
+}
 
 
 class _Reader(YamlReader):
@@ -257,7 +304,21 @@ class _Reader(YamlReader):
             api_versions=self.version_rules(fields["api_versions"], f"{path}.api_versions")
             if "api_versions" in fields
             else (),
+            protocol=self.optional(fields, "protocol", path, migration.read_protocol),
+            server_assignor=self.optional(fields, "server_assignor", path, migration.read_server_assignor),
+            assignors=self.optional(fields, "assignors", path, migration.read_assignors),
+            assignor_user_data=self.optional(fields, "assignor_user_data", path, migration.read_user_data),
         )
+
+    def optional(
+        self,
+        fields: dict[str, yaml.Node],
+        key: str,
+        path: str,
+        read: Callable[[YamlReader, yaml.Node, str], T],
+    ) -> T | None:
+        """`read` the value of `key` (named `path.key` in errors), None when absent."""
+        return read(self, fields[key], f"{path}.{key}") if key in fields else None
 
     def count(self, node: yaml.Node, path: str) -> CountExpectation:
         if isinstance(node, yaml.SequenceNode):
@@ -354,7 +415,9 @@ class _Reader(YamlReader):
 
     def expectations(self, node: yaml.Node) -> Expectations:
         fields = self.mapping(
-            node, "expect", {"rebalances", "fenced", "expired", "leader_skips_assignment", "errors"}
+            node,
+            "expect",
+            {"rebalances", "fenced", "expired", "leader_skips_assignment", "errors", *migration.EXPECT_KEYS},
         )
         return Expectations(
             rebalances=self.count(fields["rebalances"], "expect.rebalances")
@@ -373,6 +436,7 @@ class _Reader(YamlReader):
             )
             if "errors" in fields
             else (),
+            migration=migration.read_expectations(self, fields),
         )
 
 
@@ -395,6 +459,8 @@ def parse_scenario(text: str, source: str) -> Scenario:
             "faults",
             "expect",
             "coordinator_restarts",
+            "broker",
+            "sessions",
         },
         {"name", "description"},
     )
@@ -428,6 +494,10 @@ def parse_scenario(text: str, source: str) -> Scenario:
         rolling=r.rolling(top["rolling"]) if "rolling" in top else None,
         faults=tuple(faults),
         expect=r.expectations(top["expect"]) if "expect" in top else Expectations(),
+        broker=migration.read_broker(r, top["broker"]) if "broker" in top else BrokerRules(),
+        sessions=r.choice(top["sessions"], "sessions", Sessions)
+        if "sessions" in top
+        else Sessions.AS_RECORDED,
         text=text,
         coordinator_restarts=tuple(
             r.coordinator_restart(n, f"coordinator_restarts[{i}]")
@@ -490,6 +560,7 @@ __all__ = [
     "Expectations",
     "Fault",
     "FaultKind",
+    "GroupProtocol",
     "LeaveOnShutdown",
     "MemberRule",
     "MemberSelector",
@@ -498,6 +569,7 @@ __all__ = [
     "RollingBounce",
     "Scenario",
     "ScenarioError",
+    "Sessions",
     "VersionRule",
     "builtin_names",
     "load_builtin",

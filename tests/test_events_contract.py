@@ -34,6 +34,13 @@ EVENTS = [
     RebalanceEvent("s1", "as-recorded", "reference", "g", 2, 2**63 - 1, EventName.REQUEST_FAILED, 2**31 - 1,
                    "c-0#1", "", None, None, False, True, 0, -(2**31), ()),
     RebalanceEvent.not_run("s1", "as-recorded", "broker-2.2.0", "g", "JoinGroup v9 needs Kafka 2.3+", seq=3),
+    # format 2: a consumer-protocol member's partitions, the group's type, its member epoch
+    RebalanceEvent("s1", "upgrade", "reference", "g", 4, 60_000, EventName.ASSIGNMENT_RECEIVED, 7, "c-0#1",
+                   "Ab3-uuid", None, None, False, None, -1, 0, ("t-2",), protocol="consumer",
+                   group_type="consumer", member_epoch=7),
+    RebalanceEvent("s1", "upgrade", "reference", "g", 5, 60_001, EventName.GROUP_CONVERTED, -1, "c-0#1",
+                   "Ab3-uuid", None, None, False, None, -1, 0, None, detail="classic -> consumer",
+                   protocol="consumer", group_type="consumer", member_epoch=-(2**31)),
 ]  # fmt: skip
 
 
@@ -47,7 +54,8 @@ def _jsonl(tmp_path: Path) -> Path:
 
 def test_the_table_is_the_dataclass_and_optional_columns_come_last() -> None:
     assert tuple(c.name for c in EVENT_TABLE) == (*EVENT_COLUMNS, *OPTIONAL_EVENT_COLUMNS)
-    assert {"client_software", "detail"} == set(OPTIONAL_EVENT_COLUMNS)
+    optional = {"client_software", "detail", "protocol", "group_type", "member_epoch"}
+    assert optional == set(OPTIONAL_EVENT_COLUMNS)
     assert all(c.nullable for c in EVENT_TABLE if c.optional)
 
 
@@ -62,9 +70,21 @@ def test_jsonl_writer_and_reader_agree(tmp_path: Path) -> None:
     assert list(read_jsonl(_jsonl(tmp_path))) == EVENTS
 
 
+def test_format_1_files_still_read(tmp_path: Path) -> None:
+    """A file written before format 2 lacks protocol, group_type and member_epoch: read as null."""
+    format_2 = {"protocol", "group_type", "member_epoch"}
+    path = tmp_path / "format-1.jsonl"
+    old = [{k: v for k, v in e.to_json_dict().items() if k not in format_2} for e in EVENTS[:4]]
+    path.write_text("".join(json.dumps(row) + "\n" for row in old), encoding="utf-8")
+    assert list(read_jsonl(path)) == EVENTS[:4]
+    assert all(e.protocol is None and e.member_epoch is None for e in read_jsonl(path))
+
+
 def test_jsonl_reader_refuses_what_the_contract_refuses(tmp_path: Path) -> None:
     good = EVENTS[0].to_json_dict()
-    for column, value in [("seq", "1"), ("is_leader", 1), ("generation_id", 2**31), ("member_id", None)]:
+    for column, value in [
+        ("seq", "1"), ("is_leader", 1), ("generation_id", 2**31), ("member_id", None), ("member_epoch", "7"),
+    ]:  # fmt: skip
         path = tmp_path / f"{column}.jsonl"
         path.write_text(json.dumps({**good, column: value}) + "\n", encoding="utf-8")
         with pytest.raises(ValueError, match=rf"{column}.jsonl:1: event row: column {column}: "):
@@ -110,6 +130,8 @@ def test_the_spark_reader_reads_both_files_as_written(tmp_path: Path) -> None:
         assert back == EVENTS, where
         assert rows[3]["detail"] == "JoinGroup v9 needs Kafka 2.3+"
         assert rows[1]["client_software"] == "librdkafka/2.6.1"
+        format_2 = (rows[4]["protocol"], rows[4]["group_type"], rows[4]["member_epoch"])
+        assert format_2 == ("consumer", "consumer", 7)
 
 
 REFUSED = [

@@ -113,16 +113,19 @@ def test_static_group_lifecycle() -> None:
         ("member_joined", "a", 1),
         ("member_joined", "b", 1),
         ("generation_completed", "a", 1),
+        ("assignment_received", "a", 1),  # events format 2: each member's partitions followed
         ("generation_completed", "b", 1),
+        ("assignment_received", "b", 1),
         ("member_joined", "b", 1),
-        ("generation_completed", "b", 1),
+        ("generation_completed", "b", 1),  # the same partitions again: nothing received
         ("member_fenced", "b", 1),
     ]
-    assert [e.seq for e in obs.events] == list(range(8))
+    assert [e.seq for e in obs.events] == list(range(10))
     completed = [e for e in obs.events if e.event == "generation_completed"]
     assert completed[0].assignment == ("t-0", "t-1") and completed[0].is_leader
     assert completed[1].assignment == ("t-2",) and not completed[1].is_leader
-    assert obs.events[7].error_code == 82
+    assert obs.events[9].error_code == 82
+    assert {(e.protocol, e.group_type, e.member_epoch) for e in obs.events} == {("classic", "classic", None)}
     assert obs.events[1].skip_assignment is False and obs.events[3].skip_assignment is None
 
 
@@ -157,3 +160,55 @@ def test_member_id_required_expiry_and_batch_leave() -> None:
         ("member_expired", "d#0", 0),
         ("member_left", "c#0", 0),
     ]
+
+
+def test_consumer_protocol_exchanges_conversion_epochs_and_partitions() -> None:
+    """Events format 2: a classic group seen converted by a ConsumerGroupHeartbeat, epochs as
+    rebalances, each member's partitions followed, classic members inside the consumer group
+    (answered without a leader), and the leave heartbeat."""
+    from uuid import UUID
+
+    from replay.coordinator.consumer.types import HeartbeatRequest, HeartbeatResponse
+    from replay.coordinator.consumer.wire import heartbeat_response_to_kio, heartbeat_to_kio
+
+    topic = UUID(int=7)
+    obs = GroupObserver("s1", "upgrade", "reference")
+    obs.topic_names[topic] = "t"
+
+    def beat(epoch: int, answer_epoch: int, assignment: dict[UUID, frozenset[int]] | None) -> Exchange:
+        request = heartbeat_to_kio(HeartbeatRequest("g", "C1", epoch, subscribed_topic_names=("t",)), 1)
+        response = heartbeat_response_to_kio(
+            HeartbeatResponse(0, None, "C1", answer_epoch, 5_000, assignment), 1
+        )
+        return Exchange(0, "c", 68, 1, request, response)
+
+    for e in [
+        Exchange(0, "a", 11, 9, join("a"), joined("A1", 3, "A1", (("A1", "a"),))),
+        Exchange(1, "a", 14, 5, sync("A1", 3), synced([0, 1])),
+        beat(0, 4, {}),  # c joins: the group is a consumer group now
+        beat(4, 5, {topic: frozenset({1})}),
+        Exchange(3, "a", 11, 9, join("a", "A1"), joined("A1", 5, "")),  # a classic follower now
+        Exchange(4, "a", 14, 5, sync("A1", 5), synced([0])),
+        beat(-1, -1, None),  # c leaves with epoch -1
+    ]:
+        obs.observe(e)
+    rows = [
+        (e.event, e.member_key, e.protocol, e.group_type, e.member_epoch, e.assignment) for e in obs.events
+    ]
+    assert rows == [
+        ("rebalance_started", "a", "classic", "classic", None, None),
+        ("member_joined", "a", "classic", "classic", None, None),
+        ("generation_completed", "a", "classic", "classic", None, ("t-0", "t-1")),
+        ("assignment_received", "a", "classic", "classic", None, ("t-0", "t-1")),
+        ("group_converted", "c", "consumer", "consumer", 4, None),
+        ("rebalance_started", "c", "consumer", "consumer", 4, None),
+        ("member_joined", "c", "consumer", "consumer", 4, None),
+        ("rebalance_started", "c", "consumer", "consumer", 5, None),
+        ("assignment_received", "c", "consumer", "consumer", 5, ("t-1",)),
+        ("member_joined", "a", "classic", "consumer", None, None),
+        ("generation_completed", "a", "classic", "consumer", None, ("t-0",)),
+        ("assignment_revoked", "a", "classic", "consumer", None, ("t-1",)),
+        ("member_left", "c", "consumer", "consumer", -1, None),
+        ("assignment_revoked", "c", "consumer", "consumer", -1, ("t-1",)),
+    ]
+    assert obs.events[4].detail == "classic -> consumer"

@@ -16,6 +16,7 @@ from replay.scenario import (
     load_scenario_file,
     parse_scenario,
 )
+from tests.test_migration_scenarios import MIGRATION_SCENARIOS
 
 BUILTINS = {
     "dynamic-to-static-rolling-upgrade",
@@ -27,6 +28,7 @@ BUILTINS = {
     "static-leader-bounce",
     "duplicate-instance-id",
     "static-member-persisted-after-broker-roll",
+    *MIGRATION_SCENARIOS,  # the classic <-> consumer protocol migration
 }
 
 
