@@ -29,7 +29,9 @@ def _groups(draw: st.DrawFn) -> _Group:
     for index in range(member_count):
         current: dict[uuid.UUID, frozenset[int]] = {}
         for topic_id in draw(st.lists(st.sampled_from(TOPICS), max_size=3, unique=True)):
-            current[topic_id] = frozenset(draw(st.lists(st.integers(0, 13), max_size=8)))
+            # the subscription's very object, or an equal copy (a topic id decoded elsewhere)
+            key = topic_id if draw(st.booleans()) else uuid.UUID(int=topic_id.int)
+            current[key] = frozenset(draw(st.lists(st.integers(0, 13), max_size=8)))
         members.append(MemberSpec(f"m{index:02d}-{draw(st.integers(0, 99))}", None, subscribed, current))
     return members, counts
 
