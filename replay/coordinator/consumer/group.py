@@ -173,6 +173,7 @@ def reconcile(
                     member.assigned is target
                     and not member.pending_revocation
                     and all(topic_id in subscribed_topic_ids for topic_id in target)
+                    and all(target.values())  # computeNextAssignment drops empty topics
                 ):
                     # computeNextAssignment when the target is what the member has: nothing to
                     # revoke or wait for, only the epoch moves.

@@ -65,7 +65,7 @@ def steady_heartbeat(
         if member.assigned is not target or member.pending_revocation:
             return None
         subscribed = coordinator.member_topic_ids(group, member)
-        if not all(topic_id in subscribed for topic_id in target):
+        if not all(topic_id in subscribed for topic_id in target) or not all(target.values()):
             return None
         group.update_member(member.advanced_to(target_epoch))
         coordinator.timers.cancel(f"rebalance-timeout-{group.group_id}-{member_id}")
