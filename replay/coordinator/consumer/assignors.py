@@ -177,7 +177,22 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
         if has_extra:
             quota += 1
         current = member.assignment
-        if current:
+        whole = False
+        if len(current) == 1:  # the usual member: one topic, all of it kept (measured hot path)
+            ((topic_id, parts),) = current.items()
+            key = id(topic_id)
+            if key in canonical and len(parts) <= quota:
+                holders = held.get(key)
+                if holders is None:
+                    held[key] = [parts]
+                else:
+                    holders.append(parts)
+                quota -= len(parts)
+                target[member.member_id] = current  # type: ignore[assignment]
+                whole = True
+        if whole:
+            pass
+        elif current:
             changed = False
             kept: list[tuple[UUID, frozenset[int]]] = []
             if len(current) == 1:

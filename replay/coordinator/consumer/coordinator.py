@@ -106,6 +106,7 @@ class ConsumerGroupCoordinator:
     on_fence: Callable[[int, ConsumerGroup, ConsumerGroupMember], bool] | None = None
     member_id_seed: int = 0x848  # member ids this coordinator makes (v0 joins) are deterministic
     _ids: int = 0
+    topic_ids_version: int = 0  # bumped when `add_topic` names a topic id (steady.py's cache)
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -113,6 +114,7 @@ class ConsumerGroupCoordinator:
         self.topic_partitions[name] = partitions
         if topic_id is not None:
             self.topic_id_overrides[name] = topic_id
+            self.topic_ids_version += 1
         return TopicImage(name, self.topic_id(name), partitions)
 
     def topic_id(self, name: str) -> UUID:

@@ -301,6 +301,10 @@ class ConsumerGroup:
     # the key and action of its session timer: made once, not on every heartbeat.
     plain_answers: dict[str, object] = field(default_factory=dict)
     session_timers: dict[str, tuple[str, Callable[[int], None]]] = field(default_factory=dict)
+    # steady.py: subscription -> ((metadata hash, topic id overrides version), topic ids)
+    topic_ids_cache: dict[frozenset[str], tuple[tuple[object, int], frozenset[UUID]]] = field(
+        default_factory=dict
+    )
 
     def update_member(self, member: ConsumerGroupMember) -> None:
         """ConsumerGroup.updateMember: partition index, static member index."""

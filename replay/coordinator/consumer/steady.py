@@ -10,6 +10,7 @@ answer.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 from replay.coordinator.consumer.group import ConsumerGroup, MemberState
 from replay.coordinator.consumer.types import HeartbeatRequest, HeartbeatResponse
@@ -64,7 +65,7 @@ def steady_heartbeat(
         target = group.target_of(member)
         if member.assigned is not target or member.pending_revocation:
             return None
-        subscribed = coordinator.member_topic_ids(group, member)
+        subscribed = _subscribed_ids(coordinator, group, member.subscribed_topic_names)
         if not all(topic_id in subscribed for topic_id in target) or not all(target.values()):
             return None
         group.update_member(member.advanced_to(target_epoch))
@@ -93,6 +94,21 @@ def _metadata_unchanged(coordinator: ConsumerGroupCoordinator, group: ConsumerGr
                 return False
             existing += 1
     return existing == len(metadata_hash)
+
+
+def _subscribed_ids(
+    coordinator: ConsumerGroupCoordinator, group: ConsumerGroup, names: frozenset[str]
+) -> frozenset[UUID]:
+    """TopicIds of `names` (no regex here), remembered per subscription while the metadata
+    hash the group holds - just checked against the image - and the topic id overrides stay
+    (`coordinator.topic_ids` builds a set of UUIDs, which hash in Python)."""
+    token = (group.metadata_hash, coordinator.topic_ids_version)
+    found = group.topic_ids_cache.get(names)
+    if found is not None and found[0][0] is token[0] and found[0][1] == token[1]:
+        return found[1]
+    ids = coordinator.topic_ids(names)
+    group.topic_ids_cache[names] = (token, ids)
+    return ids
 
 
 __all__ = ["steady_heartbeat"]

@@ -51,14 +51,18 @@ def maybe_update_target(
     name = preferred_assignor(coordinator, group, updated)
     subscriptions: dict[tuple[frozenset[str], str | None], frozenset[UUID]] = {}
     specs = []
-    target_of = group.target_of
+    current = group.target
+    spec = assignors.MemberSpec
     for member_id in assignors.java_hash_order(member_ids):
         m = updated if member_id == updated_id else stored[member_id]
         key = (m.subscribed_topic_names, m.subscribed_topic_regex)
         topic_ids = subscriptions.get(key)
         if topic_ids is None:
             topic_ids = subscriptions[key] = coordinator.member_topic_ids(group, m)
-        specs.append(assignors.MemberSpec(member_id, m.instance_id, topic_ids, target_of(m)))
+        assignment = current.get(member_id)
+        if assignment is None:
+            assignment = group.target_of(m)  # a replacing static member: the departed one's
+        specs.append(spec(member_id, m.instance_id, topic_ids, assignment))
     homogeneous = is_homogeneous(coordinator, group, updated, len(member_ids))
     result = assignors.assign(name, specs, coordinator._partition_counts(), homogeneous)
     empty: Partitions = {}
