@@ -49,20 +49,21 @@ def maybe_update_target(
     if updated_id not in stored:
         member_ids.append(updated_id)  # addOrUpdateMember: a join takes its place at the end
     name = preferred_assignor(coordinator, group, updated)
-    subscriptions: dict[tuple[frozenset[str], str | None], frozenset[UUID]] = {}
+    subscriptions: dict[object, frozenset[UUID]] = {}
     specs = []
     current = group.target
-    spec = assignors.MemberSpec
+    spec, new_tuple = assignors.MemberSpec, tuple.__new__  # NamedTuple's own __new__ is Python
     for member_id in assignors.java_hash_order(member_ids):
         m = updated if member_id == updated_id else stored[member_id]
-        key = (m.subscribed_topic_names, m.subscribed_topic_regex)
+        regex = m.subscribed_topic_regex
+        key = m.subscribed_topic_names if regex is None else (m.subscribed_topic_names, regex)
         topic_ids = subscriptions.get(key)
         if topic_ids is None:
             topic_ids = subscriptions[key] = coordinator.member_topic_ids(group, m)
         assignment = current.get(member_id)
         if assignment is None:
             assignment = group.target_of(m)  # a replacing static member: the departed one's
-        specs.append(spec(member_id, m.instance_id, topic_ids, assignment))
+        specs.append(new_tuple(spec, (member_id, m.instance_id, topic_ids, assignment)))
     homogeneous = is_homogeneous(coordinator, group, updated, len(member_ids))
     result = assignors.assign(name, specs, coordinator._partition_counts(), homogeneous)
     empty: Partitions = {}
