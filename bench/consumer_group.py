@@ -3,16 +3,21 @@
 1. One full target assignment of the server-side assignors (`uniform` from scratch and after one
    member joins a settled group; `range`) at 100, 1,000 and 10,000 members: 100 topics, 10
    partitions per member (Kafka's ServerSideAssignorBenchmark shape: partitionsToMemberRatio 10,
-   100 topics, homogeneous subscriptions). Kafka's published JMH figures for its uniform assignor
-   are shown beside them (JVM, not this machine). Baseline, same run: building every member's
-   answer as a plain round-robin list (the least any assignor must do).
-2. Requests/s: a consumer-protocol group (default 1,000 members) joins, settles, then goes
+   100 topics, homogeneous subscriptions), best CPU time of --repeats. Kafka's published JMH
+   figures for its uniform assignor are shown beside them (JVM, not this machine). Baseline,
+   same run: building every member's answer as a plain round-robin list.
+2. Heartbeats/s: a consumer-protocol group (default 1,000 members) joins, settles, then goes
    through a rolling restart (each static member leaves with epoch -2 and rejoins under a new
-   member id; with --dynamic each leaves with -1 and rejoins, a rebalance each time), every
-   member heartbeating every 5 s of virtual time. Counted: `heartbeat` calls over the wall time
-   spent inside them. Baseline, same run: building one kio ConsumerGroupHeartbeatRequest per call.
+   member id; dynamic: each leaves with -1 and rejoins, a rebalance each time), every member
+   heartbeating every 5 s of virtual time. Counted per CPU second of a bare replay of the run's
+   own requests into a fresh coordinator (deterministic, so the same answers; the shared VM
+   cannot inflate CPU time the way it inflates wall time), and per wall second inside the
+   calls. Baseline, same run: building one kio ConsumerGroupHeartbeatRequest per call.
+3. Requests/s of a classic -> consumer rolling upgrade: a classic group of replay's
+   ClassicMembers converted online pod by pod (static and dynamic), through the whole
+   coordinator (`GroupCoordinator.handle`, kio requests), per CPU second of a bare replay.
 
-    .venv/bin/python bench/consumer_group.py
+    .venv/bin/python bench/consumer_group.py [--parts assign,restart,upgrade]
 """
 
 from __future__ import annotations
