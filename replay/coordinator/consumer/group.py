@@ -172,7 +172,7 @@ def reconcile(
                 if (
                     member.assigned is target
                     and not member.pending_revocation
-                    and all(topic_id in subscribed_topic_ids for topic_id in target)
+                    and target.keys() <= subscribed_topic_ids
                     and all(target.values())  # computeNextAssignment drops empty topics
                 ):
                     # computeNextAssignment when the target is what the member has: nothing to

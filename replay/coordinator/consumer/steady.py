@@ -66,18 +66,16 @@ def steady_heartbeat(
         if member.assigned is not target or member.pending_revocation:
             return None
         subscribed = _subscribed_ids(coordinator, group, member.subscribed_topic_names)
-        if not all(topic_id in subscribed for topic_id in target) or not all(target.values()):
+        if not target.keys() <= subscribed or not all(target.values()):
             return None
         group.update_member(member.advanced_to(target_epoch))
         coordinator.timers.cancel(f"rebalance-timeout-{group.group_id}-{member_id}")
     coordinator._schedule_session_timeout(now_ms, group.group_id, member_id)
     answer = group.plain_answers.get(member_id)
     if answer is None or answer.member_epoch != target_epoch:  # type: ignore[attr-defined]
-        answer = group.plain_answers[member_id] = HeartbeatResponse(
-            member_id=member_id,
-            member_epoch=target_epoch,
-            heartbeat_interval_ms=coordinator.config.heartbeat_interval_ms,
-        )
+        interval_ms = coordinator.config.heartbeat_interval_ms
+        answer = HeartbeatResponse(0, None, member_id, target_epoch, interval_ms)
+        group.plain_answers[member_id] = answer
     return answer  # type: ignore[return-value]
 
 
