@@ -328,14 +328,18 @@ class UpgradeRun:
         return cpu_s
 
 
+def _run_and_replay(run: GroupRun | UpgradeRun) -> tuple[float, float]:
+    """Wall seconds of the driven run, then CPU seconds of the coordinator alone on its calls."""
+    start = time.perf_counter()
+    run.run()
+    return time.perf_counter() - start, run.replay_cpu_s()
+
+
 def upgrade_rows(members: int) -> list[tuple[Any, ...]]:
     rows = []
     for static in (True, False):
         run = UpgradeRun(members, static)
-        start = time.perf_counter()
-        run.run()
-        total_s = time.perf_counter() - start
-        cpu_s = run.replay_cpu_s()
+        total_s, cpu_s = _run_and_replay(run)
         requests = sum(1 for _, ctx, _ in run.calls if ctx is not None)
         group = run.coordinator.consumer.coordinator.groups["bench"]
         classic = sum(1 for m in group.members.values() if m.classic is not None)
@@ -359,10 +363,7 @@ def requests_rows(members: int) -> list[tuple[Any, ...]]:
     rows = []
     for dynamic in (False, True):
         run = GroupRun(members, dynamic)
-        start = time.perf_counter()
-        run.run()
-        total_s = time.perf_counter() - start
-        cpu_s = run.replay_cpu_s()
+        total_s, cpu_s = _run_and_replay(run)
         sample = HeartbeatRequest("bench", "m-1-0", 3, owned={})
         baseline_start = time.process_time()
         for _ in range(run.calls):
