@@ -18,7 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay.coordinator.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator, HeartbeatRequest
-from replay.coordinator.consumer.group import ConsumerGroupMember, MemberState, _next_assignment, reconcile
+from replay.coordinator.consumer.group import (
+    ClassicMemberMetadata,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    MemberState,
+    _next_assignment,
+    reconcile,
+)
+from replay.coordinator.consumer.migration import supports_classic_protocols
 
 TOPIC = uuid.UUID(int=7)
 _SUBSCRIPTIONS = (("t",), ("u",), ("t", "u"), ("t", "later"))
@@ -157,3 +165,29 @@ def test_advanced_to_lists_every_field() -> None:
     )
     expected = replace(member, member_epoch=6, previous_member_epoch=4, state=MemberState.STABLE)
     assert member.advanced_to(6) == expected
+
+
+_PROTOCOLS = st.lists(st.sampled_from(["range", "roundrobin", "cooperative-sticky"]), max_size=3)
+
+
+@given(st.lists(st.tuples(st.booleans(), _PROTOCOLS), max_size=6), st.integers(0, 6), _PROTOCOLS)
+def test_supported_classic_protocols_follow_the_members(
+    members: list[tuple[bool, list[str]]], leaving: int, names: list[str]
+) -> None:
+    """supportsClassicProtocols from the counts the group keeps equals the walk over its
+    members, through joins, protocol changes (a member joins again) and removals."""
+    group = ConsumerGroup("g")
+    for index, (classic, protocols) in enumerate(members):
+        metadata = ClassicMemberMetadata(45_000, tuple((p, b"") for p in protocols)) if classic else None
+        group.update_member(ConsumerGroupMember(f"m{index}", classic=metadata))
+        if index % 3 == 2:  # the same member rejoins with the first protocol only, or none
+            again = ClassicMemberMetadata(45_000, tuple((p, b"") for p in protocols[:1])) if classic else None
+            group.update_member(replace(group.members[f"m{index}"], classic=again))
+    group.remove_member(f"m{leaving}")
+    classic_members = [m for m in group.members.values() if m.classic is not None]
+    expected = (
+        any(all(any(n == name for n, _ in m.classic.protocols) for m in classic_members) for name in names)  # type: ignore[union-attr]
+        if group.members
+        else bool(names)
+    )
+    assert supports_classic_protocols(group, "consumer", set(names)) == expected

@@ -107,6 +107,10 @@ class ConsumerGroupCoordinator:
     member_id_seed: int = 0x848  # member ids this coordinator makes (v0 joins) are deterministic
     _ids: int = 0
     topic_ids_version: int = 0  # bumped when `add_topic` names a topic id (steady.py's cache)
+    # migration.assignment_bytes: id(assignment) -> (assignment, version, topic image, bytes)
+    encoded_assignments: dict[int, tuple[Partitions, int, tuple[object, ...], bytes]] = field(
+        default_factory=dict
+    )
 
     # -- metadata ------------------------------------------------------------------------------
 

@@ -297,6 +297,9 @@ class ConsumerGroup:
     owner_of: dict[tuple[UUID, int], str] = field(default_factory=dict)
     # Members naming a server assignor, per assignor (computePreferredServerAssignor's input).
     assignor_counts: dict[str, int] = field(default_factory=dict)
+    # ConsumerGroup.classicProtocolMembersSupportedProtocols / numClassicProtocolMembers.
+    classic_protocol_counts: dict[str, int] = field(default_factory=dict)
+    classic_members: int = 0
     # The answer to a member's plain heartbeat at its current epoch (the same every time), and
     # the key and action of its session timer: made once, not on every heartbeat.
     plain_answers: dict[str, object] = field(default_factory=dict)
@@ -330,6 +333,10 @@ class ConsumerGroup:
             if old is not None:
                 self._count(old, -1)
             self._count(member, 1)
+        if old is None or old.classic is not member.classic:
+            if old is not None:
+                self._count_classic(old, -1)
+            self._count_classic(member, 1)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
 
@@ -343,6 +350,7 @@ class ConsumerGroup:
             return None
         self._release(old)
         self._count(old, -1)
+        self._count_classic(old, -1)
         if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
             del self.static_members[old.instance_id]
         return old
@@ -354,6 +362,13 @@ class ConsumerGroup:
             _bump(self.regex_counts, member.subscribed_topic_regex, delta)
         if member.server_assignor is not None:
             _bump(self.assignor_counts, member.server_assignor, delta)
+
+    def _count_classic(self, member: ConsumerGroupMember, delta: int) -> None:
+        if member.classic is None:
+            return
+        self.classic_members += delta
+        for name in {name for name, _ in member.classic.protocols}:
+            _bump(self.classic_protocol_counts, name, delta)
 
     def _release(self, member: ConsumerGroupMember) -> None:
         for key in member.owned():
