@@ -67,7 +67,10 @@ def maybe_update_target(
     homogeneous = is_homogeneous(coordinator, group, updated, len(member_ids))
     result = assignors.assign(name, specs, coordinator._partition_counts(), homogeneous)
     empty: Partitions = {}
-    group.target = {member_id: result.get(member_id, empty) for member_id in member_ids}
+    if len(result) == len(member_ids):  # every member answered (its keys are the specs' ids)
+        group.target = result  # type: ignore[assignment]
+    else:
+        group.target = {member_id: result.get(member_id, empty) for member_id in member_ids}
     group.assignment_epoch = group_epoch
     group.assignment_timestamp_ms = now_ms
     coordinator.events.append(
