@@ -7,11 +7,19 @@ or out-of-range current assignments, and more members than partitions."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.coordinator.consumer.assignors import MemberSpec, PartitionAssignorError, uniform
+from replay.coordinator.consumer.assignors import (
+    MemberSpec,
+    PartitionAssignorError,
+    java_hash_order,
+    java_string_hash,
+    java_uuid_hash,
+    uniform,
+)
 from tests.support.reference_uniform import reference_uniform_homogeneous
 
 TOPICS = [uuid.UUID(int=(i + 1) * 0x1F3D5B79) for i in range(6)]
@@ -72,3 +80,27 @@ def test_settled_groups_rebalance_like_the_reference(
             ids.pop(data.draw(st.integers(0, len(ids) - 1)))
         else:
             ids.insert(data.draw(st.integers(0, len(ids))), f"joined-{step}")
+
+
+def _straightforward_hash_order(keys: list[Any]) -> list[Any]:
+    """java.util.HashMap iteration: by bucket of the final table, ties in insertion order."""
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: Any) -> int:
+        h = (java_uuid_hash(key) if isinstance(key, uuid.UUID) else java_string_hash(key)) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return [key for _, _, key in sorted((bucket(k), i, k) for i, k in enumerate(keys))]
+
+
+@given(
+    st.one_of(
+        st.lists(st.text(max_size=12), max_size=60, unique=True),
+        st.lists(st.uuids(), max_size=60, unique=True),
+    )
+)
+def test_hash_order_sorts_like_the_bucket_walk(keys: list[Any]) -> None:
+    expected = keys if len(keys) < 2 else _straightforward_hash_order(keys)
+    assert java_hash_order(keys) == expected
