@@ -24,9 +24,8 @@ least-loaded/most-loaded member ranges of its MemberAssignmentBalancer, at most 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 from uuid import UUID
 
 from replay.coordinator.hashorder import java_string_hash
@@ -46,9 +45,10 @@ class PartitionAssignorError(ValueError):
     """Kafka's PartitionAssignorException (the heartbeat then fails with UNKNOWN_SERVER_ERROR)."""
 
 
-@dataclass(frozen=True, slots=True)
-class MemberSpec:
-    """What an assignor sees of a member (modern/MemberSubscriptionAndAssignmentImpl)."""
+class MemberSpec(NamedTuple):
+    """What an assignor sees of a member (modern/MemberSubscriptionAndAssignmentImpl). A typed
+    NamedTuple rather than a frozen dataclass: a target assignment builds one per member, and
+    tuple construction costs a third of a frozen dataclass's."""
 
     member_id: str
     instance_id: str | None
@@ -75,20 +75,33 @@ def _java_hash_table_capacity(size: int, initial_capacity: int = 16) -> int:
     return capacity
 
 
+@lru_cache(maxsize=1 << 16)
+def _string_spread(key: str) -> int:
+    h = java_string_hash(key) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+@lru_cache(maxsize=1 << 12)
+def _uuid_spread(key: UUID) -> int:
+    h = java_uuid_hash(key) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
 def java_hash_order(keys: Iterable[K]) -> list[K]:
-    """`keys` (in insertion order) in the order a java.util.HashMap/HashSet holding them iterates."""
+    """`keys` (in insertion order) in the order a java.util.HashMap/HashSet holding them iterates.
+
+    Sorted on one int per key, bucket << 32 | insertion index (a target assignment orders every
+    member this way)."""
     ordered = list(keys)
     if len(ordered) < 2:
         return ordered
-    capacity = _java_hash_table_capacity(len(ordered))
-
-    def bucket(item: K) -> int:
-        h = java_uuid_hash(item) if isinstance(item, UUID) else java_string_hash(str(item))
-        h &= 0xFFFFFFFF
-        return (h ^ (h >> 16)) & (capacity - 1)
-
-    positions = {id(item): index for index, item in enumerate(ordered)}
-    return sorted(ordered, key=lambda item: (bucket(item), positions[id(item)]))
+    mask = _java_hash_table_capacity(len(ordered)) - 1
+    if isinstance(ordered[0], UUID):
+        decorated = [((_uuid_spread(k) & mask) << 32) | i for i, k in enumerate(ordered)]
+    else:
+        decorated = [((_string_spread(str(k)) & mask) << 32) | i for i, k in enumerate(ordered)]
+    decorated.sort()
+    return [ordered[d & 0xFFFFFFFF] for d in decorated]
 
 
 def _partitions(topic_partitions: Mapping[UUID, int], topic_id: UUID) -> int:
@@ -105,7 +118,14 @@ def _homogeneous(members: Sequence[MemberSpec]) -> bool:
     return all(member.subscribed_topic_ids == first for member in members)
 
 
-def uniform(  # noqa: C901 - follows Kafka's UniformHomogeneousAssignmentBuilder step by step
+@lru_cache(maxsize=1 << 10)
+def _topic_order(topic_ids: frozenset[UUID]) -> tuple[UUID, ...]:
+    """The order Kafka walks a HashSet<Uuid> of these topics in (cached: a group's subscription
+    and most members' assignments repeat the same few sets)."""
+    return tuple(java_hash_order(sorted(topic_ids)))
+
+
+def uniform(
     members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int], homogeneous: bool | None = None
 ) -> GroupAssignment:
     """UniformAssignor.assign; `members` in Kafka's member-spec map order (see java_hash_order).
@@ -114,50 +134,96 @@ def uniform(  # noqa: C901 - follows Kafka's UniformHomogeneousAssignmentBuilder
         return {}
     if not (_homogeneous(members) if homogeneous is None else homogeneous):
         return _Heterogeneous(members, topic_partitions).build()
-    topic_ids = java_hash_order(sorted(members[0].subscribed_topic_ids))
+    subscribed = members[0].subscribed_topic_ids
+    topic_ids = _topic_order(subscribed)
     if not topic_ids:
         return {}
-    assigned: dict[UUID, set[int]] = {}  # groupSpec.isPartitionAssigned (the inverted target)
-    for m in members:
-        for t, parts in m.assignment.items():
-            assigned.setdefault(t, set()).update(parts)
-    unassigned: list[tuple[UUID, int]] = []
-    total = 0
-    for topic_id in topic_ids:
-        count = _partitions(topic_partitions, topic_id)
-        taken = assigned.get(topic_id, ())
-        unassigned.extend((topic_id, p) for p in range(count) if p not in taken)
-        total += count
-    minimum_quota, extra = divmod(total, len(members))
-    subscribed = set(topic_ids)
-    target: GroupAssignment = {}
-    unfilled: list[tuple[str, int]] = []
+    counts = [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
+    if -1 in counts:
+        _partitions(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
+    return _uniform_homogeneous(members, subscribed, topic_ids, counts)
+
+
+# A run of partitions of one topic waiting for a member: a range while the topic is untouched.
+_Chunk = tuple[UUID, Sequence[int]]
+
+
+def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions and assignRemainingPartitions in one measured hot loop
+    members: Sequence[MemberSpec],
+    subscribed: frozenset[UUID],
+    topic_ids: tuple[UUID, ...],
+    counts: list[int],
+) -> GroupAssignment:
+    """UniformHomogeneousAssignmentBuilder.build on counts and slices instead of partitions.
+
+    Kafka's list of unassigned partitions (each subscribed topic's free partitions in topic
+    order, then the revoked ones in member order) is kept as chunks: a topic nobody holds is
+    `range(count)`, so handing out a member's quota is one slice. As in Kafka (the immutable
+    map it does not copy), a member that keeps everything keeps its very assignment object.
+    Same result as the partition-by-partition port (tests/support/reference_uniform.py, compared
+    over random groups in tests/test_consumer_group_assignors.py)."""
     member_count = len(members)
-    # maybeRevokePartitions
+    minimum_quota, extra = divmod(sum(counts), member_count)
+    # Subscribed topics by identity: the topic ids in assignments are mostly the very objects of
+    # the subscription, and uuid.UUID hashes in Python (a dict lookup by UUID costs a call).
+    canonical = {id(topic_id): topic_id for topic_id in topic_ids}
+    held: dict[int, list[frozenset[int]]] = {}  # the current holders of each subscribed topic
+    revoked: list[_Chunk] = []
+    unfilled: list[tuple[str, int]] = []
+    target: GroupAssignment = {}
     for index, member in enumerate(members):
         quota = minimum_quota
-        has_extra = False
-        if extra > 0:
+        has_extra = extra > 0
+        if has_extra:
             quota += 1
-            has_extra = True
-        new: dict[UUID, frozenset[int]] = {}
-        for topic_id in java_hash_order(sorted(member.assignment)):
-            parts = member.assignment[topic_id]
-            if topic_id not in subscribed:
-                continue
-            if len(parts) <= quota:
-                quota -= len(parts)
-                new[topic_id] = frozenset(parts)
-                continue
-            kept = []
-            for partition in sorted(parts):
-                if quota > 0:
-                    quota -= 1
-                    kept.append(partition)
+        current = member.assignment
+        whole = False
+        if len(current) == 1:  # the usual member: one topic, all of it kept (measured hot path)
+            ((topic_id, parts),) = current.items()
+            key = id(topic_id)
+            if key in canonical and len(parts) <= quota:
+                holders = held.get(key)
+                if holders is None:
+                    held[key] = [parts]
                 else:
-                    unassigned.append((topic_id, partition))
-            if kept:
-                new[topic_id] = frozenset(kept)
+                    holders.append(parts)
+                quota -= len(parts)
+                target[member.member_id] = current  # type: ignore[assignment]
+                whole = True
+        if whole:
+            pass
+        elif current:
+            changed = False
+            kept: list[tuple[UUID, frozenset[int]]] = []
+            if len(current) == 1:
+                items: Iterable[tuple[UUID, frozenset[int]]] = current.items()
+            else:
+                items = [(t, current[t]) for t in _topic_order(frozenset(current))]
+            for topic_id, parts in items:
+                key = id(topic_id)
+                if key not in canonical:
+                    key = _subscribed_key(topic_id, subscribed, topic_ids)
+                    if key == -1:
+                        changed = True
+                        continue
+                holders = held.get(key)
+                if holders is None:
+                    held[key] = [parts]
+                else:
+                    holders.append(parts)
+                if len(parts) <= quota:
+                    quota -= len(parts)
+                    kept.append((topic_id, parts))
+                    continue
+                changed = True
+                ordered = sorted(parts)
+                if quota:
+                    kept.append((topic_id, frozenset(ordered[:quota])))
+                revoked.append((topic_id, ordered[quota:]))
+                quota = 0
+            target[member.member_id] = dict(kept) if changed else current  # type: ignore[assignment]
+        else:
+            target[member.member_id] = current  # type: ignore[assignment]
         if quota > 0 and has_extra and member_count - index > extra:
             quota -= 1
             has_extra = False
@@ -165,21 +231,68 @@ def uniform(  # noqa: C901 - follows Kafka's UniformHomogeneousAssignmentBuilder
             unfilled.append((member.member_id, quota))
         if has_extra:
             extra -= 1
-        target[member.member_id] = new
-    # assignRemainingPartitions
-    position = 0
+    chunks = _free_partitions(topic_ids, counts, held)
+    chunks.extend(revoked)
+    chunk_count = len(chunks)
+    position = offset = 0
     for member_id, quota in unfilled:
-        grown = {t: set(parts) for t, parts in target[member_id].items()}
-        for _ in range(quota):
-            if position >= len(unassigned):
-                break
-            topic_id, partition = unassigned[position]
-            position += 1
-            grown.setdefault(topic_id, set()).add(partition)
-        target[member_id] = {t: frozenset(parts) for t, parts in grown.items()}
-    if position < len(unassigned):
+        if position >= chunk_count:
+            break
+        current = target[member_id]
+        if not current:  # a new member whose quota one chunk covers (most of a fresh group)
+            topic_id, chunk = chunks[position]
+            end = offset + quota
+            if end < len(chunk):
+                target[member_id] = {topic_id: frozenset(chunk[offset:end])}
+                offset = end
+                continue
+        grown = dict(current)
+        while quota and position < chunk_count:
+            topic_id, chunk = chunks[position]
+            end = offset + quota
+            if end >= len(chunk):
+                piece = frozenset(chunk[offset:])
+                position += 1
+                offset = 0
+            else:
+                piece = frozenset(chunk[offset:end])
+                offset = end
+            quota -= len(piece)
+            have = grown.get(topic_id)
+            grown[topic_id] = piece if have is None else have | piece
+        target[member_id] = grown
+    if position < chunk_count:
         raise PartitionAssignorError("Partitions were left unassigned")
     return target
+
+
+def _subscribed_key(topic_id: UUID, subscribed: frozenset[UUID], topic_ids: tuple[UUID, ...]) -> int:
+    """The identity key of the subscribed topic equal to `topic_id` (another object of the same
+    id), -1 when it is not subscribed."""
+    if topic_id not in subscribed:
+        return -1
+    return next(id(t) for t in topic_ids if t == topic_id)
+
+
+def _free_partitions(
+    topic_ids: tuple[UUID, ...], counts: list[int], held: dict[int, list[frozenset[int]]]
+) -> list[_Chunk]:
+    """The subscribed topics' partitions no member holds (groupSpec.isPartitionAssigned), in
+    topic order, each topic's ascending."""
+    chunks: list[_Chunk] = []
+    for topic_id, count in zip(topic_ids, counts, strict=True):
+        holders = held.get(id(topic_id))
+        free: Sequence[int]
+        if not holders:
+            free = range(count)
+        else:
+            taken = frozenset().union(*holders)
+            if taken.issuperset(range(count)):
+                continue
+            free = sorted(set(range(count)).difference(taken))
+        if free:
+            chunks.append((topic_id, free))
+    return chunks
 
 
 def _java_uuid_key(value: UUID) -> tuple[int, int]:

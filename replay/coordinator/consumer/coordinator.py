@@ -39,6 +39,7 @@ from uuid import UUID
 
 from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer import assignors
+from replay.coordinator.consumer import target as targets
 from replay.coordinator.consumer.describe import describe_groups
 from replay.coordinator.consumer.group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -53,6 +54,7 @@ from replay.coordinator.consumer.regex import (
     maybe_refresh_regexes,
     maybe_update_regexes,
 )
+from replay.coordinator.consumer.steady import steady_heartbeat
 from replay.coordinator.consumer.types import (
     ConsumerGroupBehaviour,
     ConsumerGroupConfig,
@@ -104,6 +106,11 @@ class ConsumerGroupCoordinator:
     on_fence: Callable[[int, ConsumerGroup, ConsumerGroupMember], bool] | None = None
     member_id_seed: int = 0x848  # member ids this coordinator makes (v0 joins) are deterministic
     _ids: int = 0
+    topic_ids_version: int = 0  # bumped when `add_topic` names a topic id (steady.py's cache)
+    # migration.assignment_bytes: id(assignment) -> (assignment, version, topic image, bytes)
+    encoded_assignments: dict[int, tuple[Partitions, int, tuple[object, ...], bytes]] = field(
+        default_factory=dict
+    )
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -111,6 +118,7 @@ class ConsumerGroupCoordinator:
         self.topic_partitions[name] = partitions
         if topic_id is not None:
             self.topic_id_overrides[name] = topic_id
+            self.topic_ids_version += 1
         return TopicImage(name, self.topic_id(name), partitions)
 
     def topic_id(self, name: str) -> UUID:
@@ -189,6 +197,9 @@ class ConsumerGroupCoordinator:
     def heartbeat(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:
         """One ConsumerGroupHeartbeat. Timers due at `now_ms` fire first (as the classic core does)."""
         self.advance(now_ms)
+        steady = steady_heartbeat(self, now_ms, request)
+        if steady is not None:
+            return steady
         try:
             self._validate(request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -417,81 +428,34 @@ class ConsumerGroupCoordinator:
         member: ConsumerGroupMember,
         updated: ConsumerGroupMember,
     ) -> tuple[int, Partitions]:
-        """maybeUpdateTargetAssignment + canComputeNextTargetAssignment (the assignment interval)."""
-        if group.assignment_epoch >= group_epoch:
-            return group.assignment_epoch, group.target_of(updated)
-        interval = self.config.assignment_interval_ms
-        last = group.assignment_timestamp_ms
-        batching = self.config.behaviour.batches_target_assignments
-        if batching and last is not None and interval != 0 and now_ms < last + interval:
-            return group.assignment_epoch, group.target_of(updated)
-        members = dict(group.members)
-        members[updated.member_id] = updated  # addOrUpdateMember (joins keep their place at the end)
-        name = self._preferred_assignor(group, member, updated)
-        specs = [
-            assignors.MemberSpec(
-                m.member_id,
-                m.instance_id,
-                self.member_topic_ids(group, m),
-                group.target_of(m),
-            )
-            for m in (members[i] for i in assignors.java_hash_order(list(members)))
-        ]
-        homogeneous = self._homogeneous(group, list(members.values()))
-        result = assignors.assign(name, specs, self._partition_counts(), homogeneous)
-        group.target = {member_id: result.get(member_id, {}) for member_id in members}
-        group.assignment_epoch = group_epoch
-        group.assignment_timestamp_ms = now_ms
-        self.events.append(
-            ConsumerGroupEvent(now_ms, group.group_id, "target_assigned", None, group_epoch, name)
-        )
-        return group_epoch, group.target.get(updated.member_id, {})
-
-    @staticmethod
-    def _homogeneous(group: ConsumerGroup, members: list[ConsumerGroupMember]) -> bool:
-        """ConsumerGroup.subscriptionType: by name, every subscribed name (existing or not) is
-        subscribed by every member; with regexes, all members share one regex and none uses names."""
-        count = len(members)
-        regexes: dict[str, int] = {}
-        by_name: dict[str, int] = {}
-        for m in members:
-            if m.subscribed_topic_regex:
-                regexes[m.subscribed_topic_regex] = regexes.get(m.subscribed_topic_regex, 0) + 1
-            for name in m.subscribed_topic_names:
-                by_name[name] = by_name.get(name, 0) + 1
-        if not regexes:
-            return all(n == count for n in by_name.values())
-        if len(regexes) != 1 or next(iter(regexes.values())) != count:
-            return False
-        return not by_name
+        """maybeUpdateTargetAssignment (target.py)."""
+        return targets.maybe_update_target(self, now_ms, group, group_epoch, updated)
 
     def _preferred_assignor(
         self, group: ConsumerGroup, member: ConsumerGroupMember, updated: ConsumerGroupMember
     ) -> str:
-        """ConsumerGroup.computePreferredServerAssignor: the most used assignor among members
-        (with the updated member counted in its new choice), else the default (the first configured)."""
-        counts: dict[str, int] = {}
-        for m in group.members.values():
-            if m.member_id == updated.member_id:
-                continue
-            if m.server_assignor is not None:
-                counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
-        if updated.server_assignor is not None:
-            counts[updated.server_assignor] = counts.get(updated.server_assignor, 0) + 1
-        if not counts:
-            return self.config.assignors[0]
-        return max(counts.items(), key=lambda item: item[1])[0]
+        """ConsumerGroup.computePreferredServerAssignor (target.py)."""
+        return targets.preferred_assignor(self, group, updated)
 
     def _schedule_session_timeout(
         self, now_ms: int, group_id: str, member_id: str, timeout_ms: int | None = None
     ) -> None:
         """scheduleConsumerGroupSessionTimeout; a classic member's own session timeout if given."""
 
-        def expire(at_ms: int) -> None:
-            self._fence_operation(at_ms, group_id, member_id, "member_expired", "the member session expired")
-
         timeout = self.config.session_timeout_ms if timeout_ms is None else timeout_ms
-        self.timers.schedule(f"session-timeout-{group_id}-{member_id}", now_ms + timeout, expire)
+        group = self.groups.get(group_id)
+        timers = None if group is None else group.session_timers
+        found = None if timers is None else timers.get(member_id)
+        if found is None:
+
+            def expire(at_ms: int) -> None:
+                why = "the member session expired"
+                self._fence_operation(at_ms, group_id, member_id, "member_expired", why)
+
+            found = (f"session-timeout-{group_id}-{member_id}", expire)
+            if timers is not None:  # the key and action of a member's timer, made once
+                timers[member_id] = found
+        self.timers.schedule(found[0], now_ms + timeout, found[1])
 
     def _schedule_rebalance_timeout(
         self, now_ms: int, group_id: str, member_id: str, epoch: int, timeout_ms: int

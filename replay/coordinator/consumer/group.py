@@ -19,7 +19,7 @@ only "owned by whom" decides reconciliation; OffsetCommit epoch checks are not m
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from uuid import UUID
 
@@ -119,6 +119,29 @@ class ConsumerGroupMember:
         """Builder.updateMemberEpoch: the old epoch becomes the previous one."""
         return replace(self, member_epoch=epoch, previous_member_epoch=self.member_epoch)
 
+    def advanced_to(self, epoch: int) -> ConsumerGroupMember:
+        """A STABLE member reconciled to `epoch` with what it already has: `with_epoch` plus
+        state STABLE, built field by field (the reconciliation every member does after each
+        group epoch bump; dataclasses.replace costs several times more). Every field is listed:
+        tests/test_consumer_group_fast_paths.py checks it against `replace`."""
+        return ConsumerGroupMember(
+            self.member_id,
+            epoch,
+            self.member_epoch,
+            MemberState.STABLE,
+            self.instance_id,
+            self.rack_id,
+            self.rebalance_timeout_ms,
+            self.client_id,
+            self.client_host,
+            self.subscribed_topic_names,
+            self.subscribed_topic_regex,
+            self.server_assignor,
+            self.assigned,
+            self.pending_revocation,
+            self.classic,
+        )
+
     def owned(self) -> Iterable[tuple[UUID, int]]:
         for source in (self.assigned, self.pending_revocation):
             for topic_id, parts in source.items():
@@ -146,6 +169,15 @@ def reconcile(
     match member.state:
         case MemberState.STABLE:
             if member.member_epoch != target_epoch:
+                if (
+                    member.assigned is target
+                    and not member.pending_revocation
+                    and target.keys() <= subscribed_topic_ids
+                    and all(target.values())  # computeNextAssignment drops empty topics
+                ):
+                    # computeNextAssignment when the target is what the member has: nothing to
+                    # revoke or wait for, only the epoch moves.
+                    return member.advanced_to(target_epoch)
                 return _next_assignment(member, target_epoch, target, subscribed_topic_ids, owner_of, owned)
             if has_subscription_changed:
                 return _update_current(member, subscribed_topic_ids, owned)
@@ -223,10 +255,15 @@ def _next_assignment(
         )
     for topic_id, parts in pending_assignment.items():
         assigned.setdefault(topic_id, set()).update(parts)
+    frozen = _frozen(assigned)
+    if not unreleased and frozen == target:
+        # The very target object: the next reconciliation to an unchanged target (the assignor
+        # keeps unchanged targets as they are) is then an identity check (`reconcile`).
+        frozen = target  # type: ignore[assignment]
     return replace(
         member.with_epoch(target_epoch),
         state=MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE,
-        assigned=_frozen(assigned),
+        assigned=frozen,
         pending_revocation={},
     )
 
@@ -258,6 +295,19 @@ class ConsumerGroup:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     target: dict[str, Partitions] = field(default_factory=dict)
     owner_of: dict[tuple[UUID, int], str] = field(default_factory=dict)
+    # Members naming a server assignor, per assignor (computePreferredServerAssignor's input).
+    assignor_counts: dict[str, int] = field(default_factory=dict)
+    # ConsumerGroup.classicProtocolMembersSupportedProtocols / numClassicProtocolMembers.
+    classic_protocol_counts: dict[str, int] = field(default_factory=dict)
+    classic_members: int = 0
+    # The answer to a member's plain heartbeat at its current epoch (the same every time), and
+    # the key and action of its session timer: made once, not on every heartbeat.
+    plain_answers: dict[str, object] = field(default_factory=dict)
+    session_timers: dict[str, tuple[str, Callable[[int], None]]] = field(default_factory=dict)
+    # steady.py: subscription -> ((metadata hash, topic id overrides version), topic ids)
+    topic_ids_cache: dict[frozenset[str], tuple[tuple[object, int], frozenset[UUID]]] = field(
+        default_factory=dict
+    )
 
     def update_member(self, member: ConsumerGroupMember) -> None:
         """ConsumerGroup.updateMember: partition index, static member index."""
@@ -278,10 +328,15 @@ class ConsumerGroup:
             old is None
             or old.subscribed_topic_names is not member.subscribed_topic_names
             or old.subscribed_topic_regex != member.subscribed_topic_regex
+            or old.server_assignor != member.server_assignor
         ):
             if old is not None:
                 self._count(old, -1)
             self._count(member, 1)
+        if old is None or old.classic is not member.classic:
+            if old is not None:
+                self._count_classic(old, -1)
+            self._count_classic(member, 1)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
 
@@ -289,10 +344,13 @@ class ConsumerGroup:
         """ConsumerGroup.removeMember plus the target assignment tombstone (removeMember records)."""
         old = self.members.pop(member_id, None)
         self.target.pop(member_id, None)
+        self.plain_answers.pop(member_id, None)
+        self.session_timers.pop(member_id, None)
         if old is None:
             return None
         self._release(old)
         self._count(old, -1)
+        self._count_classic(old, -1)
         if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
             del self.static_members[old.instance_id]
         return old
@@ -302,6 +360,15 @@ class ConsumerGroup:
             _bump(self.name_counts, name, delta)
         if member.subscribed_topic_regex:
             _bump(self.regex_counts, member.subscribed_topic_regex, delta)
+        if member.server_assignor is not None:
+            _bump(self.assignor_counts, member.server_assignor, delta)
+
+    def _count_classic(self, member: ConsumerGroupMember, delta: int) -> None:
+        if member.classic is None:
+            return
+        self.classic_members += delta
+        for name in {name for name, _ in member.classic.protocols}:
+            _bump(self.classic_protocol_counts, name, delta)
 
     def _release(self, member: ConsumerGroupMember) -> None:
         for key in member.owned():

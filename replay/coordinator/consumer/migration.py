@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
@@ -195,13 +196,14 @@ class ClassicMemberView:
 
 
 def supports_classic_protocols(group: ConsumerGroup, protocol_type: str, names: set[str]) -> bool:
-    """ConsumerGroup.supportsClassicProtocols."""
+    """ConsumerGroup.supportsClassicProtocols: a name every classic member supports, from the
+    counts the group keeps (classicProtocolMembersSupportedProtocols), not a walk of its members."""
     if protocol_type != CONSUMER_PROTOCOL_TYPE:
         return False
     if not group.members:
         return bool(names)
-    classic = [m for m in group.members.values() if m.classic is not None]
-    return any(all(any(n == name for n, _ in m.classic.protocols) for m in classic) for name in names)  # type: ignore[union-attr]
+    counts, classic = group.classic_protocol_counts, group.classic_members
+    return any(counts.get(name, 0) == classic for name in names)
 
 
 def classic_join(  # noqa: C901 - follows Kafka's classicGroupJoinToConsumerGroup step by step
@@ -414,15 +416,36 @@ def rebalance_in_progress(group: ConsumerGroup, member: ConsumerGroupMember) -> 
 def assignment_bytes(coordinator: ConsumerGroupCoordinator, member: ConsumerGroupMember) -> bytes:
     """prepareAssignment: the assigned partitions as a ConsumerProtocolAssignment in the version
     of the member's first protocol's subscription."""
-    names = {coordinator.topic_id(n): n for n in coordinator.topic_partitions}
-    by_name = {names[t]: sorted(ps) for t, ps in member.assigned.items() if t in names}
     version = 0
     if member.classic is not None and member.classic.protocols:
-        try:
-            version = decode_subscription(member.classic.protocols[0][1]).blob_version
-        except CodecError:
-            version = 0
-    return encode_assignment(by_name, min(version, 3))
+        version = _subscription_version(member.classic.protocols[0][1])
+    return _encoded_assignment(coordinator, member.assigned, min(version, 3))
+
+
+@lru_cache(maxsize=1 << 10)
+def _subscription_version(subscription: bytes) -> int:
+    try:
+        return decode_subscription(subscription).blob_version
+    except CodecError:
+        return 0
+
+
+def _encoded_assignment(coordinator: ConsumerGroupCoordinator, assigned: Partitions, version: int) -> bytes:
+    """The assignment's bytes, remembered per assignment object (assignments are immutable
+    mappings, and every SyncGroup of a classic member in a consumer group asks for its own)
+    while the topic names and ids stay."""
+    cache = coordinator.encoded_assignments
+    image = (tuple(coordinator.topic_partitions), tuple(coordinator.topic_id_overrides.items()))
+    found = cache.get(id(assigned))
+    if found is not None and found[0] is assigned and found[1] == version and found[2] == image:
+        return found[3]
+    names = {coordinator.topic_id(n): n for n in coordinator.topic_partitions}
+    by_name = {names[t]: sorted(ps) for t, ps in assigned.items() if t in names}
+    encoded = encode_assignment(by_name, version)
+    if len(cache) > 4096:
+        cache.clear()
+    cache[id(assigned)] = (assigned, version, image, encoded)  # holds `assigned`: its id stays its own
+    return encoded
 
 
 def classic_group_from(

@@ -160,14 +160,21 @@ class HeartbeatError(Exception):
 
 def updated_member(member: ConsumerGroupMember, request: HeartbeatRequest) -> ConsumerGroupMember:
     """ConsumerGroupMember.Builder.maybeUpdate*: a field the request leaves null (or -1) keeps
-    its value. A plain heartbeat changes nothing and returns the member itself."""
+    its value. A heartbeat that changes nothing (a plain one, or a static member's, which names
+    its instance id every time) returns the member itself."""
     if (
-        request.instance_id is None
-        and request.rack_id is None
-        and request.rebalance_timeout_ms == -1
-        and request.server_assignor is None
-        and request.subscribed_topic_names is None
-        and request.subscribed_topic_regex is None
+        (request.instance_id is None or request.instance_id == member.instance_id)
+        and (request.rack_id is None or request.rack_id == member.rack_id)
+        and request.rebalance_timeout_ms in (-1, member.rebalance_timeout_ms)
+        and (request.server_assignor is None or request.server_assignor == member.server_assignor)
+        and (
+            request.subscribed_topic_names is None
+            or frozenset(request.subscribed_topic_names) == member.subscribed_topic_names
+        )
+        and (
+            request.subscribed_topic_regex is None
+            or request.subscribed_topic_regex == member.subscribed_topic_regex
+        )
         and request.client_id == member.client_id
         and request.client_host == member.client_host
         and member.classic is None

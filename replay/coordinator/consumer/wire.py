@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
@@ -26,8 +27,29 @@ def _ms(duration: Any) -> int:
     return int(duration.days * 86_400_000 + duration.seconds * 1000 + duration.microseconds // 1000)
 
 
+@lru_cache(maxsize=256)
 def _td(ms: int) -> i32Timedelta:
+    """Cached: a few durations (heartbeat interval, 0, -1) are in every message."""
     return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+@lru_cache(maxsize=8)
+def _heartbeat_request_schema(api_version: int) -> tuple[Any, Any]:
+    schema: Any = load_request_schema(CONSUMER_GROUP_HEARTBEAT, api_version)
+    return schema, __import__(schema.__module__, fromlist=["TopicPartitions"])
+
+
+@lru_cache(maxsize=8)
+def _heartbeat_response_schema(api_version: int) -> tuple[Any, Any]:
+    schema: Any = load_response_schema(CONSUMER_GROUP_HEARTBEAT, api_version)
+    return schema, __import__(schema.__module__, fromlist=["Assignment", "TopicPartitions"])
+
+
+_ERRORS = {int(code): code for code in ErrorCode}  # ErrorCode(value) is an EnumType call
+
+
+def _uuid(value: Any) -> UUID:
+    return value if type(value) is UUID else UUID(str(value))
 
 
 def heartbeat_from_kio(
@@ -36,7 +58,7 @@ def heartbeat_from_kio(
     owned = None
     if entity.topic_partitions is not None:
         owned = {
-            UUID(str(tp.topic_id)): frozenset(int(p) for p in tp.partitions) for tp in entity.topic_partitions
+            _uuid(tp.topic_id): frozenset(int(p) for p in tp.partitions) for tp in entity.topic_partitions
         }
     return HeartbeatRequest(
         group_id=str(entity.group_id),
@@ -61,8 +83,7 @@ def heartbeat_from_kio(
 
 def heartbeat_to_kio(request: HeartbeatRequest, api_version: int = 1) -> Any:
     """A kio ConsumerGroupHeartbeatRequest (tests and replay drive real brokers with it)."""
-    schema: Any = load_request_schema(CONSUMER_GROUP_HEARTBEAT, api_version)
-    module = __import__(schema.__module__, fromlist=["TopicPartitions"])
+    schema, module = _heartbeat_request_schema(api_version)
     fields: dict[str, Any] = {
         "group_id": request.group_id,
         "member_id": request.member_id,
@@ -95,8 +116,7 @@ def _topic_partitions(module: Any, partitions: Mapping[UUID, frozenset[int]]) ->
 
 
 def heartbeat_response_to_kio(response: HeartbeatResponse, api_version: int) -> Any:
-    schema: Any = load_response_schema(CONSUMER_GROUP_HEARTBEAT, api_version)
-    module = __import__(schema.__module__, fromlist=["Assignment", "TopicPartitions"])
+    schema, module = _heartbeat_response_schema(api_version)
     assignment = (
         None
         if response.assignment is None
@@ -104,7 +124,7 @@ def heartbeat_response_to_kio(response: HeartbeatResponse, api_version: int) -> 
     )
     return schema(
         throttle_time=_td(0),
-        error_code=ErrorCode(response.error_code),
+        error_code=_ERRORS.get(response.error_code) or ErrorCode(response.error_code),
         error_message=response.error_message,
         member_id=response.member_id,
         member_epoch=i32(response.member_epoch),

@@ -1,0 +1,118 @@
+"""The target assignment of a consumer group: when to compute one and what the assignor sees.
+
+Kafka 4.3.1 (org.apache.kafka:kafka-group-coordinator:4.3.1): GroupMetadataManager
+.maybeUpdateTargetAssignment and canComputeNextTargetAssignment (at most one new target per
+`group.consumer.assignment.interval.ms`), modern/TargetAssignmentBuilder (members in the order of
+its member-spec HashMap, each with its subscribed topic ids and current target; the updated
+member in place of its stored self, a joining one last), ConsumerGroup.subscriptionType and
+computePreferredServerAssignor.
+
+What a group of a thousand members pays here, per target: one spec per member (the topic ids
+of a subscription are resolved once per distinct subscription, not once per member), one sort
+of ints for the hash order (`assignors.java_hash_order`), the subscription type and the preferred
+assignor read from the counts the group keeps (ConsumerGroup.name_counts / regex_counts /
+assignor_counts) instead of a walk over its members.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from replay.coordinator.consumer import assignors
+from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, Partitions
+from replay.coordinator.consumer.types import ConsumerGroupEvent
+
+if TYPE_CHECKING:
+    from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
+
+
+def maybe_update_target(
+    coordinator: ConsumerGroupCoordinator,
+    now_ms: int,
+    group: ConsumerGroup,
+    group_epoch: int,
+    updated: ConsumerGroupMember,
+) -> tuple[int, Partitions]:
+    """maybeUpdateTargetAssignment + canComputeNextTargetAssignment (the assignment interval)."""
+    if group.assignment_epoch >= group_epoch:
+        return group.assignment_epoch, group.target_of(updated)
+    config = coordinator.config
+    interval = config.assignment_interval_ms
+    last = group.assignment_timestamp_ms
+    batching = config.behaviour.batches_target_assignments
+    if batching and last is not None and interval != 0 and now_ms < last + interval:
+        return group.assignment_epoch, group.target_of(updated)
+    stored = group.members
+    updated_id = updated.member_id
+    member_ids = list(stored)
+    if updated_id not in stored:
+        member_ids.append(updated_id)  # addOrUpdateMember: a join takes its place at the end
+    name = preferred_assignor(coordinator, group, updated)
+    subscriptions: dict[object, frozenset[UUID]] = {}
+    specs = []
+    current = group.target
+    spec, new_tuple = assignors.MemberSpec, tuple.__new__  # NamedTuple's own __new__ is Python
+    for member_id in assignors.java_hash_order(member_ids):
+        m = updated if member_id == updated_id else stored[member_id]
+        regex = m.subscribed_topic_regex
+        key = m.subscribed_topic_names if regex is None else (m.subscribed_topic_names, regex)
+        topic_ids = subscriptions.get(key)
+        if topic_ids is None:
+            topic_ids = subscriptions[key] = coordinator.member_topic_ids(group, m)
+        assignment = current.get(member_id)
+        if assignment is None:
+            assignment = group.target_of(m)  # a replacing static member: the departed one's
+        specs.append(new_tuple(spec, (member_id, m.instance_id, topic_ids, assignment)))
+    homogeneous = is_homogeneous(coordinator, group, updated, len(member_ids))
+    result = assignors.assign(name, specs, coordinator._partition_counts(), homogeneous)
+    empty: Partitions = {}
+    if len(result) == len(member_ids):  # every member answered (its keys are the specs' ids)
+        group.target = result  # type: ignore[assignment]
+    else:
+        group.target = {member_id: result.get(member_id, empty) for member_id in member_ids}
+    group.assignment_epoch = group_epoch
+    group.assignment_timestamp_ms = now_ms
+    coordinator.events.append(
+        ConsumerGroupEvent(now_ms, group.group_id, "target_assigned", None, group_epoch, name)
+    )
+    return group_epoch, group.target.get(updated_id, empty)
+
+
+def is_homogeneous(
+    coordinator: ConsumerGroupCoordinator, group: ConsumerGroup, updated: ConsumerGroupMember, count: int
+) -> bool:
+    """ConsumerGroup.subscriptionType: by name, every subscribed name (existing or not) is
+    subscribed by every member; with regexes, all members share one regex and none uses names.
+    Read from the group's counts with `updated` in place of its stored self."""
+    by_name, regexes = coordinator._counts_with(group, updated)
+    if not regexes:
+        return all(n == count for n in by_name.values())
+    if len(regexes) != 1 or next(iter(regexes.values())) != count:
+        return False
+    return not by_name
+
+
+def preferred_assignor(
+    coordinator: ConsumerGroupCoordinator, group: ConsumerGroup, updated: ConsumerGroupMember
+) -> str:
+    """ConsumerGroup.computePreferredServerAssignor: the most used assignor among members
+    (with the updated member counted in its new choice), else the default (the first configured).
+    Ties go to the assignor met first walking the members (then `updated`)."""
+    default = coordinator.config.assignors[0]
+    if not group.assignor_counts:  # nobody stored names one: only `updated` may
+        return updated.server_assignor if updated.server_assignor is not None else default
+    counts: dict[str, int] = {}
+    for m in group.members.values():
+        if m.member_id == updated.member_id:
+            continue
+        if m.server_assignor is not None:
+            counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
+    if updated.server_assignor is not None:
+        counts[updated.server_assignor] = counts.get(updated.server_assignor, 0) + 1
+    if not counts:
+        return default
+    return max(counts.items(), key=lambda item: item[1])[0]
+
+
+__all__ = ["is_homogeneous", "maybe_update_target", "preferred_assignor"]
