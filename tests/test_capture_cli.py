@@ -43,3 +43,40 @@ def test_bad_and_damaged_files(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["capture", "show", str(cut)]) == 0
     assert "capture damaged" in capsys.readouterr().out
     assert main(["capture", "frobnicate", str(cut)]) == 2
+
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
+
+
+def test_show_counts_each_groups_members_by_protocol(capsys: pytest.CaptureFixture[str]) -> None:
+    """A recorded consumer-protocol group and a classic one, each told by the APIs its members spoke."""
+    consumer = next((CORPUS / "consumer-protocol").glob("*.pcapng"))
+    assert main(["capture", "show", str(consumer)]) == 0
+    out = capsys.readouterr().out
+    assert "group confluent-consumer-protocol: 4 consumer protocol members" in out
+    assert main(["capture", "show", str(CORPUS / "kafka-3.9.2--confluent--mixed.pcapng")]) == 0
+    assert "group confluent-mixed: 4 classic protocol members" in capsys.readouterr().out
+
+
+def test_a_member_seen_in_both_protocols_switched() -> None:
+    from proxy.capture.cli import protocol_lines
+    from proxy.wire import ApiKey
+
+    def row(api_key: ApiKey, protocol: str, instance: str | None, member: str) -> dict[str, object]:
+        return {
+            "api_key": int(api_key),
+            "protocol": protocol,
+            "group_id": "g",
+            "group_instance_id": instance,
+            "member_id": member,
+        }
+
+    rows = [
+        row(ApiKey.JOIN_GROUP, "classic", "pod-1", "m1"),
+        row(ApiKey.JOIN_GROUP, "classic", "pod-2", "m2"),
+        row(ApiKey.CONSUMER_GROUP_HEARTBEAT, "consumer", "pod-1", "c1"),  # pod-1 upgraded
+        row(ApiKey.CONSUMER_GROUP_DESCRIBE, "consumer", None, "admin"),  # not a member
+    ]
+    assert protocol_lines(rows) == [
+        "group g: 2 classic and 1 consumer protocol members; 1 spoke both (switched protocol)"
+    ]

@@ -182,12 +182,36 @@ def _table(capture: Capture, rows: list[dict[str, Any]], title: str, console: An
             + (" [yellow]undecodable[/yellow]" if "decode_error" in row else ""),
         )
     console.print(table)
+    for line in protocol_lines(rows):
+        console.print(line)
     traffic = _traffic_line(capture)
     if traffic:
         console.print(traffic)
     console.print(_frames_line(capture))
     if capture.damage:
         console.print(f"[yellow]capture damaged: {capture.damage}; shown up to the damage[/yellow]")
+
+
+def protocol_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per group, its members by the protocol they spoke (a migration capture holds both): a member
+    is its group instance id, else its member id; one seen in both protocols switched."""
+    members: dict[str, dict[str, set[str]]] = {}
+    for row in rows:
+        protocol, group = row["protocol"], row["group_id"]
+        key = row["group_instance_id"] or row["member_id"]
+        if protocol is None or not group or not key or row["api_key"] == ApiKey.CONSUMER_GROUP_DESCRIBE:
+            continue
+        members.setdefault(group, {}).setdefault(protocol, set()).add(key)
+    lines = []
+    for group, by_protocol in sorted(members.items()):
+        classic, consumer = by_protocol.get("classic", set()), by_protocol.get("consumer", set())
+        parts = [
+            f"{len(found)} {name}" for name, found in (("classic", classic), ("consumer", consumer)) if found
+        ]
+        both = classic & consumer
+        switched = f"; {len(both)} spoke both (switched protocol)" if both else ""
+        lines.append(f"group {group}: {' and '.join(parts)} protocol members{switched}")
+    return lines
 
 
 def _generation_cell(row: dict[str, Any]) -> str:
