@@ -20,14 +20,12 @@ that fact between any two runs of the session is labelled noise and does not fai
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from replay.events import EventName
 from replay.scenario import AS_RECORDED
-from validator.churn import member_churn, with_churn
+from validator.churn import generations_with_churn, member_churn
 from validator.explain import error_names
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
@@ -129,15 +127,6 @@ def empty_strings() -> Column:
     return F.array().cast("array<string>")
 
 
-def _let(value: Column, body: Callable[[Column], Column]) -> Column:
-    """`body(value)` with `value` evaluated once per row.
-
-    Higher-order functions run interpreted and Spark does not share a sub-expression used several
-    times inside a lambda; bound to a lambda variable, it is evaluated once.
-    """
-    return F.element_at(F.transform(F.array(value), body), 1)
-
-
 def _lit(value: Column | str | int) -> Column:
     return value if isinstance(value, Column) else F.lit(value)
 
@@ -199,7 +188,7 @@ def run_inputs(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame
         "ts_ms",
         "is_leader",
         "protocol_name",
-        F.array_sort(F.coalesce(F.col("assignment"), empty_strings())).alias("assignment"),
+        F.sort_array(F.coalesce(F.col("assignment"), empty_strings())).alias("assignment"),
     )
     return events.select(
         *RUN_KEY,
@@ -232,13 +221,12 @@ def run_inputs(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame
 
 def _sorted_union(sets: str) -> Column:
     """The union of the per-generation `collect_set`s in column `sets`, sorted."""
-    return F.array_sort(F.array_distinct(F.flatten(F.collect_list(sets))))
+    return F.sort_array(F.array_distinct(F.flatten(F.collect_list(sets))))
 
 
-def _generation_entry() -> Column:
-    """A completed generation from its row of the first aggregation (null for the row of the
-    run's other events): first report, time, leader, protocol and each member's latest
-    assignment (its reports are sorted by member, then seq: the last of a member's wins)."""
+def _latest_assignments() -> Column:
+    """Each member's assignment in a generation: from its latest report (the reports are sorted
+    by member, then seq, so a member's last one)."""
     reports = F.col("reports")
     latest = F.filter(
         reports,
@@ -246,45 +234,35 @@ def _generation_entry() -> Column:
             (i + 1 == F.size(reports)) | (F.element_at(reports, i + 2)["member_key"] != r["member_key"])
         ),
     )
-    assignments = F.transform(
+    return F.transform(
         latest, lambda r: F.struct(r["member_key"].alias("member_key"), r["assignment"].alias("assignment"))
     )
+
+
+def _generation_entry() -> Column:
+    """A completed generation from its row of the first aggregation (null for the row of the
+    run's other events): first report, time, leader, protocol, each member's assignment and
+    `facts_hash`, a hash of the generation's facts (leader and assignments; see `run_facts`)."""
     entry = F.struct(
         F.col("first_seq"),
         F.col("_generation").alias("generation_id"),
         F.col("ts_ms"),
         F.col("leader"),
         F.col("protocol_name"),
-        assignments.alias("assignments"),
+        F.col("assignments"),
+        F.xxhash64(F.coalesce(F.col("leader"), F.lit("(none)")), F.col("assignments")).alias("facts_hash"),
     )
     return F.when(F.col("_generation").isNotNull(), entry)
-
-
-def _numbered(generations: Column) -> Column:
-    """Generations (sorted by first report) numbered 1, 2, ... by completion order: `ordinal`."""
-    return F.transform(
-        generations,
-        lambda g, i: F.struct(
-            (i + 1).cast("int").alias("ordinal"),
-            g["first_seq"].alias("first_seq"),
-            g["generation_id"].alias("generation_id"),
-            g["ts_ms"].alias("ts_ms"),
-            g["leader"].alias("leader"),
-            F.size(g["assignments"]).cast("long").alias("members"),
-            g["protocol_name"].alias("protocol_name"),
-            g["assignments"].alias("assignments"),
-        ),
-    )
 
 
 def run_facts_column(generations: Column, fenced: Column, expired: Column, errors: Column) -> Column:
     """Every comparable fact of a run as `array<struct<aspect, subject, ordinal, value>>` (see
     `run_facts`), from its generations, fenced and expired members and `(member, error_code)`s."""
-    error_members = F.array_sort(F.array_distinct(F.transform(errors, lambda e: e["member_key"])))
+    error_members = F.sort_array(F.array_distinct(F.transform(errors, lambda e: e["member_key"])))
 
     def member_error(member: Column) -> Column:
         codes = F.transform(F.filter(errors, lambda e: e["member_key"] == member), lambda e: e["error_code"])
-        return _fact("error", member, WHOLE_RUN, error_names(F.array_sort(F.array_distinct(codes))))
+        return _fact("error", member, WHOLE_RUN, error_names(F.sort_array(F.array_distinct(codes))))
 
     return F.concat(
         F.array(_fact("rebalance_count", "", WHOLE_RUN, F.size(generations))),
@@ -350,10 +328,12 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
         F.min("_done_ts_ms").alias("ts_ms"),
         F.min("_done_leader").alias("leader"),
         F.min("_done_protocol").alias("protocol_name"),
-        F.array_sort(F.collect_list("_report")).alias("reports"),
+        F.sort_array(F.collect_list("_report")).alias("reports"),
     )
-    # (2) per run: the generations' rows merged (same partitioning, no shuffle)
-    entries = per_generation.select("*", _generation_entry().alias("entry"))
+    # (2) per run: the generations' rows merged (same partitioning, no shuffle). The assignments
+    # in a projection of their own: the entry reads them twice.
+    with_assignments = per_generation.select("*", _latest_assignments().alias("assignments"))
+    entries = with_assignments.select("*", _generation_entry().alias("entry"))
     aggregated = entries.groupBy(*keys).agg(
         F.sum("event_rows").alias("event_rows"),
         F.sum("rebalances_started").alias("rebalances_started"),
@@ -368,19 +348,24 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
         _sorted_union("left_without_instance_id").alias("left_without_instance_id"),
         F.coalesce(F.max("skip_assignment_seen"), F.lit(False)).alias("skip_assignment_seen"),
         F.array_distinct(F.flatten(F.collect_list("client_software"))).alias("client_software"),
-        F.array_sort(F.flatten(F.collect_list("starts"))).alias("starts"),
-        F.array_sort(F.collect_list("entry")).alias("sorted_generations"),
+        F.sort_array(F.flatten(F.collect_list("starts"))).alias("starts"),
+        F.sort_array(F.collect_list("entry")).alias("sorted_generations"),
     )
-    joined = aggregated.select(
-        *[c for c in aggregated.columns if c != "sorted_generations"],
-        _numbered(F.col("sorted_generations")).alias("numbered"),
+    # Every fact of the run in one hash, without building the facts: the generations' hashes in
+    # completion order (their number is the rebalance count), fenced, expired, (member, error).
+    facts_hash = F.xxhash64(
+        F.col("sorted_generations.facts_hash"),
+        F.col("fenced"),
+        F.col("expired"),
+        F.sort_array(F.col("member_errors")),
     )
+    with_hash = aggregated.select("*", facts_hash.alias("facts_hash"))
     # Projections of their own: `with_churn` reads each generation's predecessor and the facts
     # read the generations several times; an inlined expression would be rebuilt for every use
     # (Spark keeps non-cheap expressions referenced more than once in their own projection).
-    with_generations = joined.select(
-        *[c for c in joined.columns if c not in ("starts", "numbered")],
-        with_churn(F.col("numbered"), F.col("starts")).alias("generations"),
+    with_generations = with_hash.select(
+        *[c for c in with_hash.columns if c not in ("starts", "sorted_generations")],
+        generations_with_churn(F.col("sorted_generations"), F.col("starts")).alias("generations"),
     )
     generations_col = F.col("generations")
     errors = F.col("member_errors")
@@ -393,7 +378,7 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
         "fenced",
         "expired",
         "left",
-        F.array_sort(F.array_distinct(F.transform(errors, lambda e: e["error_code"]))).alias("error_codes"),
+        F.sort_array(F.array_distinct(F.transform(errors, lambda e: e["error_code"]))).alias("error_codes"),
         "last_ts_ms",
         "not_run_detail",
         "join_api_versions",
@@ -406,7 +391,7 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
         member_churn(generations_col).alias("member_churn"),
         "generations",
         "member_errors",
-        F.xxhash64(_facts_of()).alias("facts_hash"),
+        "facts_hash",
     )
 
 
