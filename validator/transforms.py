@@ -293,14 +293,15 @@ def _facts_of() -> Column:
 def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
     """One row per (session, scenario, run, group) with everything later stages read: the
     summary columns, `generations` (completed generations in completion order, numbered by
-    `ordinal`, with each member's assignment and the churn), `member_errors`, `facts_hash` (of
-    `run_facts`) and the client columns of the matrix.
+    `ordinal`, with each member's assignment and the churn), `member_errors`, `facts_hash` (equal
+    runs have equal hashes of what `run_facts` compares) and the client columns of the matrix.
 
     Two aggregations, one over the other, both keyed by the session (so neither shuffles after the
     job's one shuffle by session) and with no join: (1) per run and completed generation (one more
     row per run for its other events) every summary input and the generation's reports; (2) per
     run, those rows merged and the generations sorted by completion. Only the run's few
-    generations are left to (interpreted) higher-order functions (`_numbered`, churn, facts).
+    generations are left to (interpreted) higher-order functions (latest report per member,
+    churn); the facts themselves are built only for the runs that are diffed (`run_facts`).
     `extra_keys` are grouped by as well (the job passes `bad_reason`, so bad rows are counted by
     the same pass: `event_rows`). `events` are raw events or already `run_inputs(events,
     extra_keys)` (what the job passes, computed before its shuffle).
@@ -360,7 +361,7 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
         F.sort_array(F.col("member_errors")),
     )
     with_hash = aggregated.select("*", facts_hash.alias("facts_hash"))
-    # Projections of their own: `with_churn` reads each generation's predecessor and the facts
+    # Projections of their own: the churn reads each generation's predecessor and the facts
     # read the generations several times; an inlined expression would be rebuilt for every use
     # (Spark keeps non-cheap expressions referenced more than once in their own projection).
     with_generations = with_hash.select(
