@@ -463,3 +463,22 @@ def test_churn_counts_partitions_moved_and_time_without_partitions(spark: SparkS
     churn = runs.select(F.explode("member_churn").alias("m")).select("m.*")
     assertDataFrameEqual(churn, [("a", 0, 20), ("b", 1, 20)])
     assert runs.select("partitions_moved").first()[0] == 1
+
+
+def test_facts_hash_is_equal_for_equal_facts_and_differs_on_each_compared_fact(spark: SparkSession) -> None:
+    """Runs are diffed fact by fact only when their `facts_hash` differ: other ids, times and raw
+    generations keep it equal; a changed assignment, leader, extra rebalance or fencing changes it."""
+    base = one_run("reference", 1)
+    assignment = one_run("broker-a", 1)
+    assignment[7] = ev("broker-a", 7, "generation_completed", 2, "b", assignment=["t-1"])
+    leader = one_run("broker-b", 1)
+    leader[6] = ev("broker-b", 6, "generation_completed", 2, "a", assignment=["t-0"])
+    leader[7] = ev("broker-b", 7, "generation_completed", 2, "b", leader=True, assignment=["t-1", "t-2"])
+    extra = [*one_run("broker-c", 1), ev("broker-c", 8, "generation_completed", 3, "a", assignment=["t-0"])]
+    fenced = [*one_run("broker-d", 1), ev("broker-d", 8, "member_fenced", 2, "b")]
+    same = one_run("broker-e", 40, ts_offset=999)
+    runs = T.per_run(frame(spark, base + assignment + leader + extra + fenced + same))
+    hashes = {r["run"]: r["facts_hash"] for r in runs.select("run", "facts_hash").collect()}
+    assert hashes["broker-e"] == hashes["reference"]
+    changed = [hashes[r] for r in ("reference", "broker-a", "broker-b", "broker-c", "broker-d")]
+    assert len(set(changed)) == len(changed), hashes

@@ -15,76 +15,111 @@ completes. Column expressions over a run's `generations` (see `transforms.per_ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 
-def _held(assignments: Column, member: Column) -> Column:
-    """The partitions `member` holds in a generation's `assignments` (empty when absent)."""
-    entry = F.try_element_at(F.filter(assignments, lambda a: a["member_key"] == member), F.lit(1))
-    return F.coalesce(entry["assignment"], F.array().cast("array<string>"))
+def _no_partitions() -> Column:
+    """An empty `array<string>` (a function: columns need an active session)."""
+    return F.array().cast("array<string>")
 
 
-def with_churn(generations: Column, starts: Column) -> Column:
-    """`generations` with `pause_ms`, `partitions_moved` and per-member `moved` added.
+def let_once(value: Column, body: Callable[[Column], Column]) -> Column:
+    """`body(value)` with `value` evaluated once (higher-order functions run interpreted and do not
+    share a sub-expression used several times inside a lambda)."""
+    return F.element_at(F.transform(F.array(value), body), 1)
 
-    `starts` is the run's `rebalance_started` reports as `array<struct<seq, ts_ms>>`.
+
+def generations_with_churn(generations: Column, starts: Column) -> Column:
+    """The run's generations (sorted by first report) as the rebalances they were: numbered 1, 2,
+    ... by completion (`ordinal`), with `members`, `pause_ms`, `partitions_moved` and per-member
+    `moved`, each generation built in one struct.
+
+    `starts` is the run's `rebalance_started` reports as `array<struct<seq, ts_ms>>`. A member's
+    previous partitions come from a map of the previous generation's assignments (one lookup per
+    member instead of a scan of that generation's members).
     """
 
     def step(g: Column, index: Column) -> Column:
         # 1-based: element `index` is the generation before `g` (none before the first)
         previous = F.when(index > 0, F.try_element_at(generations, F.greatest(index, F.lit(1))))
-        after = F.coalesce(previous["first_seq"], F.lit(-1))
-        began = F.array_max(
-            F.transform(
-                F.filter(starts, lambda s: (s["seq"] < g["first_seq"]) & (s["seq"] > after)),
-                lambda s: s["ts_ms"],
-            )
-        )
-        moved = F.transform(
-            g["assignments"],
-            lambda a: F.struct(
-                a["member_key"].alias("member_key"),
-                F.when(
-                    previous.isNotNull(),
-                    F.size(F.array_except(a["assignment"], _held(previous["assignments"], a["member_key"]))),
-                )
-                .otherwise(F.lit(0))
-                .alias("moved"),
-            ),
-        )
-        return (
-            g.withField("pause_ms", (g["ts_ms"] - began).cast("long"))
-            .withField("partitions_moved", F.aggregate(moved, F.lit(0), lambda acc, m: acc + m["moved"]))
-            .withField("moved", moved)
-        )
+        return let_once(previous, lambda previous: _generation(g, index, previous, starts))
 
     return F.transform(generations, step)
 
 
-def member_churn(generations: Column) -> Column:
-    """Per member (sorted): partitions moved to it and time without partitions over the run."""
-    members = F.array_sort(
-        F.array_distinct(
-            F.flatten(F.transform(generations, lambda g: F.transform(g["moved"], lambda m: m["member_key"])))
+def _generation(g: Column, index: Column, previous: Column, starts: Column) -> Column:
+    after = F.coalesce(previous["first_seq"], F.lit(-1))
+    began = F.array_max(
+        F.transform(
+            F.filter(starts, lambda s: (s["seq"] < g["first_seq"]) & (s["seq"] > after)),
+            lambda s: s["ts_ms"],
         )
     )
 
-    def of(member: Column) -> Column:
-        def moved_in(g: Column) -> Column:
-            mine = F.filter(g["moved"], lambda m: m["member_key"] == member)
-            return F.coalesce(F.try_element_at(mine, F.lit(1))["moved"], F.lit(0))
+    def moves(held: Column) -> Column:
+        def moved(a: Column) -> Column:
+            before = F.coalesce(F.try_element_at(held, a["member_key"]), _no_partitions())
+            return F.when(previous.isNotNull(), F.size(F.array_except(a["assignment"], before))).otherwise(0)
 
-        def paused_in(g: Column) -> Column:
-            present = F.exists(g["moved"], lambda m: m["member_key"] == member)
-            return F.when(present, F.coalesce(g["pause_ms"], F.lit(0))).otherwise(F.lit(0)).cast("long")
+        return F.transform(
+            g["assignments"], lambda a: F.struct(a["member_key"].alias("member_key"), moved(a).alias("moved"))
+        )
 
-        return F.struct(
-            member.alias("member_key"),
-            F.aggregate(generations, F.lit(0), lambda acc, g: acc + moved_in(g)).alias("moved"),
-            F.aggregate(generations, F.lit(0).cast("long"), lambda acc, g: acc + paused_in(g)).alias(
-                "unassigned_ms"
+    return let_once(
+        let_once(F.map_from_entries(previous["assignments"]), moves),
+        lambda moved: F.struct(
+            (index + 1).cast("int").alias("ordinal"),
+            g["first_seq"].alias("first_seq"),
+            g["generation_id"].alias("generation_id"),
+            g["ts_ms"].alias("ts_ms"),
+            g["leader"].alias("leader"),
+            F.size(g["assignments"]).cast("long").alias("members"),
+            g["protocol_name"].alias("protocol_name"),
+            g["assignments"].alias("assignments"),
+            (g["ts_ms"] - began).cast("long").alias("pause_ms"),
+            F.aggregate(moved, F.lit(0), lambda acc, m: acc + m["moved"]).alias("partitions_moved"),
+            moved.alias("moved"),
+        ),
+    )
+
+
+CHURN_TYPE = "map<string, struct<moved: int, unassigned_ms: bigint>>"
+
+
+def member_churn(generations: Column) -> Column:
+    """Per member (sorted): partitions moved to it and time without partitions over the run,
+    summed generation by generation into a map keyed by member."""
+
+    def add(total: Column, g: Column) -> Column:
+        pause = F.coalesce(g["pause_ms"], F.lit(0)).cast("long")
+        this = F.map_from_entries(
+            F.transform(
+                g["moved"],
+                lambda m: F.struct(
+                    m["member_key"], F.struct(m["moved"].alias("moved"), pause.alias("unassigned_ms"))
+                ),
+            )
+        )
+        return F.map_zip_with(
+            total,
+            this,
+            lambda _, a, b: F.struct(
+                (F.coalesce(a["moved"], F.lit(0)) + F.coalesce(b["moved"], F.lit(0))).alias("moved"),
+                (F.coalesce(a["unassigned_ms"], F.lit(0)) + F.coalesce(b["unassigned_ms"], F.lit(0)))
+                .cast("long")
+                .alias("unassigned_ms"),
             ),
         )
 
-    return F.transform(members, of)
+    totals = F.aggregate(generations, F.create_map().cast(CHURN_TYPE), add)
+    return F.transform(
+        F.sort_array(F.map_entries(totals)),
+        lambda e: F.struct(
+            e["key"].alias("member_key"),
+            e["value"]["moved"].alias("moved"),
+            e["value"]["unassigned_ms"].alias("unassigned_ms"),
+        ),
+    )

@@ -177,7 +177,7 @@ def session_verdicts(pairs: DataFrame, diffs: DataFrame) -> DataFrame:
         cond = real & (F.col("aspect") == aspect)
         if observed_only:
             cond = cond & F.col("observed_value").isNotNull()
-        return F.array_sort(F.collect_set(F.when(cond, F.col("subject"))))
+        return F.sort_array(F.collect_set(F.when(cond, F.col("subject"))))
 
     divergent = F.when(real & F.col("aspect").isin("leader", "assignment"), F.col("ordinal")).when(
         real & (F.col("aspect") == "rebalance_count"),
@@ -197,7 +197,7 @@ def session_verdicts(pairs: DataFrame, diffs: DataFrame) -> DataFrame:
         real_members("assignment").alias("members_changed"),
         real_members("fenced", observed_only=True).alias("unexpected_fenced"),
         real_members("expired", observed_only=True).alias("unexpected_expired"),
-        F.array_sort(F.collect_set(F.when(real & (F.col("aspect") == "error"), error_change))).alias(
+        F.sort_array(F.collect_set(F.when(real & (F.col("aspect") == "error"), error_change))).alias(
             "error_changes"
         ),
         F.max(F.when(real, F.struct("severity", "aspect", "cause"))).alias("worst"),
@@ -277,8 +277,8 @@ def session_clients(runs: DataFrame) -> DataFrame:
     since that is what tells client generations apart on the wire.
     """
     per_session = runs.groupBy("session_id").agg(
-        F.array_sort(F.array_distinct(F.flatten(F.collect_list("client_software")))).alias("software"),
-        F.array_sort(F.array_distinct(F.flatten(F.collect_list("join_api_versions")))).alias("join_versions"),
+        F.sort_array(F.array_distinct(F.flatten(F.collect_list("client_software")))).alias("software"),
+        F.sort_array(F.array_distinct(F.flatten(F.collect_list("join_api_versions")))).alias("join_versions"),
     )
     versions = F.array_join(F.transform("join_versions", lambda v: v.cast("string")), "+v")
     client = F.when(F.size("software") > 0, F.array_join("software", "+")).otherwise(

@@ -20,14 +20,12 @@ that fact between any two runs of the session is labelled noise and does not fai
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from replay.events import EventName
 from replay.scenario import AS_RECORDED
-from validator.churn import member_churn, with_churn
+from validator.churn import generations_with_churn, member_churn
 from validator.explain import error_names
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
@@ -129,55 +127,6 @@ def empty_strings() -> Column:
     return F.array().cast("array<string>")
 
 
-def _let(value: Column, body: Callable[[Column], Column]) -> Column:
-    """`body(value)` with `value` evaluated once per row.
-
-    Higher-order functions run interpreted and Spark does not share a sub-expression used several
-    times inside a lambda: a generation's `filter` of the run's reports was evaluated once per
-    use (seven, plus once per member). Bound to a lambda variable, it is evaluated once.
-    """
-    return F.element_at(F.transform(F.array(value), body), 1)
-
-
-def _generation(done: Column) -> Callable[[Column, Column], Column]:
-    """One completed generation from the run's `generation_completed` reports (sorted by seq).
-
-    A generation counts once however many members reported it; its time, leader and size come
-    from those reports, each member's assignment from its latest report (null is empty).
-    """
-
-    def build(generation_id: Column, index: Column) -> Column:
-        reports = F.filter(done, lambda d: d["generation_id"] == generation_id)
-        return _let(reports, lambda reports: _built(reports, generation_id, index))
-
-    def _built(reports: Column, generation_id: Column, index: Column) -> Column:
-        members = F.array_sort(F.array_distinct(F.transform(reports, lambda d: d["member_key"])))
-
-        def assignment(member: Column) -> Column:
-            latest = F.element_at(F.filter(reports, lambda d: d["member_key"] == member), -1)
-            return F.struct(
-                member.alias("member_key"),
-                F.array_sort(F.coalesce(latest["assignment"], empty_strings())).alias("assignment"),
-            )
-
-        leaders = F.transform(F.filter(reports, lambda d: d["is_leader"]), lambda d: d["member_key"])
-        return _let(
-            members,
-            lambda members: F.struct(
-                (index + 1).cast("int").alias("ordinal"),
-                F.array_min(F.transform(reports, lambda d: d["seq"])).alias("first_seq"),
-                generation_id.alias("generation_id"),
-                F.array_min(F.transform(reports, lambda d: d["ts_ms"])).alias("ts_ms"),
-                F.array_min(leaders).alias("leader"),
-                F.size(members).cast("long").alias("members"),
-                F.array_min(F.transform(reports, lambda d: d["protocol_name"])).alias("protocol_name"),
-                F.transform(members, assignment).alias("assignments"),
-            ),
-        )
-
-    return build
-
-
 def _lit(value: Column | str | int) -> Column:
     return value if isinstance(value, Column) else F.lit(value)
 
@@ -192,6 +141,7 @@ def _fact(aspect: str, subject: Column | str, ordinal: Column | int, value: Colu
 
 
 RUN_INPUTS: tuple[str, ...] = (
+    "_generation",
     "_rebalance_started",
     "_member",
     "_fenced",
@@ -201,21 +151,28 @@ RUN_INPUTS: tuple[str, ...] = (
     "_not_run",
     "_join_api_version",
     "_left_without_instance_id",
-    "_done",
     "_start",
+    "_done_seq",
+    "_done_ts_ms",
+    "_done_leader",
+    "_done_protocol",
+    "_report",
 )
 """The columns `run_inputs` adds: each aggregation input of `per_run`, null where it does not apply."""
 
 
 def run_inputs(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
     """The events reduced to what `per_run` aggregates: the run key, `extra_keys`, `ts_ms`,
-    `skip_assignment`, `client_software` and one column per aggregation input (RUN_INPUTS).
+    `skip_assignment`, `client_software` and one column per aggregation input (RUN_INPUTS); other
+    columns (`member_id`, optional columns a newer replay adds) are left behind here.
 
     Why a projection of its own: `collect_list`/`collect_set` run in ObjectHashAggregate, which
     evaluates its input expressions *interpreted*, row by row (a `when(event = ..., struct(...))`
     per aggregation and row), while a projection is code-generated. The job applies this before
     its shuffle by session, so the optimizer cannot fold it back into the aggregation (1M rows:
-    one such `collect_list` 4.8 s -> 0.7 s, bench/README.md).
+    one such `collect_list` 4.8 s -> 0.7 s, bench/README.md). A completed generation's report
+    (its assignment sorted) is built here too; `_generation` is its generation id, null for
+    every other event.
     """
     event = F.col("event")
     member = F.col("member_key")
@@ -223,16 +180,23 @@ def run_inputs(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame
     def on(name: EventName, value: Column) -> Column:
         return F.when(event == name.value, value)
 
-    report = F.struct(
-        "seq", "generation_id", "ts_ms", "member_key", "is_leader", "protocol_name", "assignment"
-    )
     ran = event != EventName.NOT_RUN.value
+    done = (event == EventName.GENERATION_COMPLETED.value) & member.isNotNull()
+    report = F.struct(
+        "member_key",
+        "seq",
+        "ts_ms",
+        "is_leader",
+        "protocol_name",
+        F.sort_array(F.coalesce(F.col("assignment"), empty_strings())).alias("assignment"),
+    )
     return events.select(
         *RUN_KEY,
         *extra_keys,
         "ts_ms",
         "skip_assignment",
-        "client_software",
+        _optional(events, "client_software").alias("client_software"),
+        F.when(done, F.col("generation_id")).alias("_generation"),
         (event == EventName.REBALANCE_STARTED.value).alias("_rebalance_started"),
         F.when(ran, member).alias("_member"),
         on(EventName.MEMBER_FENCED, member).alias("_fenced"),
@@ -246,61 +210,61 @@ def run_inputs(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame
         F.when((event == EventName.MEMBER_LEFT.value) & F.col("group_instance_id").isNull(), member).alias(
             "_left_without_instance_id"
         ),
-        on(EventName.GENERATION_COMPLETED, report).alias("_done"),
         on(EventName.REBALANCE_STARTED, F.struct("seq", "ts_ms")).alias("_start"),
+        F.when(done, F.col("seq")).alias("_done_seq"),
+        F.when(done, F.col("ts_ms")).alias("_done_ts_ms"),
+        F.when(done & F.col("is_leader"), member).alias("_done_leader"),
+        F.when(done, F.col("protocol_name")).alias("_done_protocol"),
+        F.when(done, report).alias("_report"),
     )
 
 
-def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
-    """One row per (session, scenario, run, group) with everything later stages read, from ONE
-    aggregation of the events: the summary columns, `generations` (completed generations in
-    completion order, numbered by `ordinal`, with each member's assignment), `facts` (every
-    comparable fact, see `run_facts`), `facts_hash` and the client columns of the matrix.
+def _sorted_union(sets: str) -> Column:
+    """The union of the per-generation `collect_set`s in column `sets`, sorted."""
+    return F.sort_array(F.array_distinct(F.flatten(F.collect_list(sets))))
 
-    The per-generation work is done with higher-order functions on the run's few reports, not
-    with more aggregations, windows and joins over all events. `extra_keys` are grouped by as
-    well (the job passes `bad_reason`, so bad rows are counted by the same pass: `event_rows`).
-    `events` are raw events or already `run_inputs(events, extra_keys)` (what the job passes,
-    computed before its shuffle).
-    """
-    if not set(RUN_INPUTS) <= set(events.columns):
-        events = run_inputs(events, extra_keys)
-    aggregated = events.groupBy(*RUN_KEY, *extra_keys).agg(
-        F.count("*").alias("event_rows"),
-        F.count(F.when(F.col("_rebalance_started"), True)).alias("rebalances_started"),
-        F.collect_set("_member").alias("member_keys"),
-        F.array_sort(F.collect_set("_fenced")).alias("fenced"),
-        F.array_sort(F.collect_set("_expired")).alias("expired"),
-        F.array_sort(F.collect_set("_left")).alias("left"),
-        F.collect_set("_member_error").alias("member_errors"),
-        F.max("ts_ms").alias("last_ts_ms"),
-        F.max("_not_run").alias("not_run_detail"),
-        F.array_sort(F.collect_set("_join_api_version")).alias("join_api_versions"),
-        F.array_sort(F.collect_set("_left_without_instance_id")).alias("left_without_instance_id"),
-        F.coalesce(F.max(F.col("skip_assignment")), F.lit(False)).alias("skip_assignment_seen"),
-        F.collect_set("client_software").alias("client_software"),
-        F.array_sort(F.collect_list("_done")).alias("done"),
-        F.array_sort(F.collect_list("_start")).alias("starts"),
+
+def _latest_assignments() -> Column:
+    """Each member's assignment in a generation: from its latest report (the reports are sorted
+    by member, then seq, so a member's last one)."""
+    reports = F.col("reports")
+    latest = F.filter(
+        reports,
+        lambda r, i: (
+            (i + 1 == F.size(reports)) | (F.element_at(reports, i + 2)["member_key"] != r["member_key"])
+        ),
     )
-    done = F.col("done")
-    generation_ids = F.array_distinct(F.transform(done, lambda d: d["generation_id"]))
-    built = aggregated.select("*", F.transform(generation_ids, _generation(done)).alias("generations"))
-    # A projection of its own: `with_churn` reads each generation's predecessor, and an inlined
-    # generations expression would be rebuilt for every element (Spark keeps non-cheap
-    # expressions that are referenced more than once in their own projection).
-    with_generations = built.select(
-        *[c for c in built.columns if c not in ("done", "starts", "generations")],
-        with_churn(F.col("generations"), F.col("starts")).alias("generations"),
+    return F.transform(
+        latest, lambda r: F.struct(r["member_key"].alias("member_key"), r["assignment"].alias("assignment"))
     )
-    errors = F.col("member_errors")
-    error_members = F.array_sort(F.array_distinct(F.transform(errors, lambda e: e["member_key"])))
+
+
+def _generation_entry() -> Column:
+    """A completed generation from its row of the first aggregation (null for the row of the
+    run's other events): first report, time, leader, protocol, each member's assignment and
+    `facts_hash`, a hash of the generation's facts (leader and assignments; see `run_facts`)."""
+    entry = F.struct(
+        F.col("first_seq"),
+        F.col("_generation").alias("generation_id"),
+        F.col("ts_ms"),
+        F.col("leader"),
+        F.col("protocol_name"),
+        F.col("assignments"),
+        F.xxhash64(F.coalesce(F.col("leader"), F.lit("(none)")), F.col("assignments")).alias("facts_hash"),
+    )
+    return F.when(F.col("_generation").isNotNull(), entry)
+
+
+def run_facts_column(generations: Column, fenced: Column, expired: Column, errors: Column) -> Column:
+    """Every comparable fact of a run as `array<struct<aspect, subject, ordinal, value>>` (see
+    `run_facts`), from its generations, fenced and expired members and `(member, error_code)`s."""
+    error_members = F.sort_array(F.array_distinct(F.transform(errors, lambda e: e["member_key"])))
 
     def member_error(member: Column) -> Column:
         codes = F.transform(F.filter(errors, lambda e: e["member_key"] == member), lambda e: e["error_code"])
-        return _fact("error", member, WHOLE_RUN, error_names(F.array_sort(F.array_distinct(codes))))
+        return _fact("error", member, WHOLE_RUN, error_names(F.sort_array(F.array_distinct(codes))))
 
-    generations = F.col("generations")
-    facts = F.concat(
+    return F.concat(
         F.array(_fact("rebalance_count", "", WHOLE_RUN, F.size(generations))),
         F.transform(
             generations, lambda g: _fact("leader", "", g["ordinal"], F.coalesce(g["leader"], F.lit("(none)")))
@@ -316,34 +280,120 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
                 ),
             )
         ),
-        F.transform("fenced", lambda m: _fact("fenced", m, WHOLE_RUN, F.lit("fenced"))),
-        F.transform("expired", lambda m: _fact("expired", m, WHOLE_RUN, F.lit("expired"))),
+        F.transform(fenced, lambda m: _fact("fenced", m, WHOLE_RUN, F.lit("fenced"))),
+        F.transform(expired, lambda m: _fact("expired", m, WHOLE_RUN, F.lit("expired"))),
         F.transform(error_members, member_error),
     )
+
+
+def _facts_of() -> Column:
+    return run_facts_column(F.col("generations"), F.col("fenced"), F.col("expired"), F.col("member_errors"))
+
+
+def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
+    """One row per (session, scenario, run, group) with everything later stages read: the
+    summary columns, `generations` (completed generations in completion order, numbered by
+    `ordinal`, with each member's assignment and the churn), `member_errors`, `facts_hash` (equal
+    runs have equal hashes of what `run_facts` compares) and the client columns of the matrix.
+
+    Two aggregations, one over the other, both keyed by the session (so neither shuffles after the
+    job's one shuffle by session) and with no join: (1) per run and completed generation (one more
+    row per run for its other events) every summary input and the generation's reports; (2) per
+    run, those rows merged and the generations sorted by completion. Only the run's few
+    generations are left to (interpreted) higher-order functions (latest report per member,
+    churn); the facts themselves are built only for the runs that are diffed (`run_facts`).
+    `extra_keys` are grouped by as well (the job passes `bad_reason`, so bad rows are counted by
+    the same pass: `event_rows`). `events` are raw events or already `run_inputs(events,
+    extra_keys)` (what the job passes, computed before its shuffle).
+    """
+    if not set(RUN_INPUTS) <= set(events.columns):
+        events = run_inputs(events, extra_keys)
+    keys = [*RUN_KEY, *extra_keys]
+    # (1) per run and completed generation, plus one row per run for its other events
+    per_generation = events.groupBy(*keys, "_generation").agg(
+        F.count("*").alias("event_rows"),
+        F.count(F.when(F.col("_rebalance_started"), True)).alias("rebalances_started"),
+        F.collect_set("_member").alias("member_keys"),
+        F.collect_set("_fenced").alias("fenced"),
+        F.collect_set("_expired").alias("expired"),
+        F.collect_set("_left").alias("left"),
+        F.collect_set("_member_error").alias("member_errors"),
+        F.max("ts_ms").alias("last_ts_ms"),
+        F.max("_not_run").alias("not_run_detail"),
+        F.collect_set("_join_api_version").alias("join_api_versions"),
+        F.collect_set("_left_without_instance_id").alias("left_without_instance_id"),
+        F.max("skip_assignment").alias("skip_assignment_seen"),
+        F.collect_set("client_software").alias("client_software"),
+        F.collect_list("_start").alias("starts"),
+        F.min("_done_seq").alias("first_seq"),
+        F.min("_done_ts_ms").alias("ts_ms"),
+        F.min("_done_leader").alias("leader"),
+        F.min("_done_protocol").alias("protocol_name"),
+        F.sort_array(F.collect_list("_report")).alias("reports"),
+    )
+    # (2) per run: the generations' rows merged (same partitioning, no shuffle). The assignments
+    # in a projection of their own: the entry reads them twice.
+    with_assignments = per_generation.select("*", _latest_assignments().alias("assignments"))
+    entries = with_assignments.select("*", _generation_entry().alias("entry"))
+    aggregated = entries.groupBy(*keys).agg(
+        F.sum("event_rows").alias("event_rows"),
+        F.sum("rebalances_started").alias("rebalances_started"),
+        F.size(F.array_distinct(F.flatten(F.collect_list("member_keys")))).alias("member_count"),
+        _sorted_union("fenced").alias("fenced"),
+        _sorted_union("expired").alias("expired"),
+        _sorted_union("left").alias("left"),
+        F.array_distinct(F.flatten(F.collect_list("member_errors"))).alias("member_errors"),
+        F.max("last_ts_ms").alias("last_ts_ms"),
+        F.max("not_run_detail").alias("not_run_detail"),
+        _sorted_union("join_api_versions").alias("join_api_versions"),
+        _sorted_union("left_without_instance_id").alias("left_without_instance_id"),
+        F.coalesce(F.max("skip_assignment_seen"), F.lit(False)).alias("skip_assignment_seen"),
+        F.array_distinct(F.flatten(F.collect_list("client_software"))).alias("client_software"),
+        F.sort_array(F.flatten(F.collect_list("starts"))).alias("starts"),
+        F.sort_array(F.collect_list("entry")).alias("sorted_generations"),
+    )
+    # Every fact of the run in one hash, without building the facts: the generations' hashes in
+    # completion order (their number is the rebalance count), fenced, expired, (member, error).
+    facts_hash = F.xxhash64(
+        F.col("sorted_generations.facts_hash"),
+        F.col("fenced"),
+        F.col("expired"),
+        F.sort_array(F.col("member_errors")),
+    )
+    with_hash = aggregated.select("*", facts_hash.alias("facts_hash"))
+    # Projections of their own: the churn reads each generation's predecessor and the facts
+    # read the generations several times; an inlined expression would be rebuilt for every use
+    # (Spark keeps non-cheap expressions referenced more than once in their own projection).
+    with_generations = with_hash.select(
+        *[c for c in with_hash.columns if c not in ("starts", "sorted_generations")],
+        generations_with_churn(F.col("sorted_generations"), F.col("starts")).alias("generations"),
+    )
+    generations_col = F.col("generations")
+    errors = F.col("member_errors")
     return with_generations.select(
-        *RUN_KEY,
-        *extra_keys,
+        *keys,
         "event_rows",
-        F.size(generations).cast("int").alias("rebalance_count"),
+        F.size(generations_col).cast("int").alias("rebalance_count"),
         "rebalances_started",
-        F.size("member_keys").cast("long").alias("members"),
+        F.col("member_count").cast("long").alias("members"),
         "fenced",
         "expired",
         "left",
-        F.array_sort(F.array_distinct(F.transform(errors, lambda e: e["error_code"]))).alias("error_codes"),
+        F.sort_array(F.array_distinct(F.transform(errors, lambda e: e["error_code"]))).alias("error_codes"),
         "last_ts_ms",
         "not_run_detail",
         "join_api_versions",
         "left_without_instance_id",
         "skip_assignment_seen",
         "client_software",
-        F.aggregate(generations, F.lit(0), lambda acc, g: acc + g["partitions_moved"]).alias(
+        F.aggregate(generations_col, F.lit(0), lambda acc, g: acc + g["partitions_moved"]).alias(
             "partitions_moved"
         ),
-        member_churn(generations).alias("member_churn"),
+        member_churn(generations_col).alias("member_churn"),
         "generations",
-        facts.alias("facts"),
-    ).withColumn("facts_hash", F.xxhash64("facts"))
+        "member_errors",
+        "facts_hash",
+    )
 
 
 def observed_rebalances(runs: DataFrame) -> DataFrame:
@@ -385,4 +435,4 @@ def run_facts(runs: DataFrame) -> DataFrame:
     """Everything that must not drift between runs, one comparable (aspect, subject, ordinal) each:
     the rebalance count, each generation's leader, each member's assignment per generation, who
     was fenced or expired, and each member's error names (FACTS_SCHEMA's columns)."""
-    return runs.select(*RUN_KEY, F.explode("facts").alias("f")).select(*RUN_KEY, "f.*")
+    return runs.select(*RUN_KEY, F.explode(_facts_of()).alias("f")).select(*RUN_KEY, "f.*")
