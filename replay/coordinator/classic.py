@@ -30,7 +30,7 @@ from replay.coordinator.group import ClassicGroup
 from replay.coordinator.join import JoinGroupHandling
 from replay.coordinator.persist import store_group
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
-from replay.coordinator.types import GroupEventKind, GroupState, KafkaBehaviour, RequestContext
+from replay.coordinator.types import GroupEventKind, GroupState, KafkaBehaviour, RequestContext, Respond
 
 
 class ClassicGroupManager(JoinGroupHandling):
@@ -94,7 +94,32 @@ class ClassicGroupManager(JoinGroupHandling):
                 raise AssertionError(f"SyncGroup reached group {group.group_id} in {group.state}")
 
     def heartbeat(self, ctx: RequestContext, request: P.Heartbeat, group: ClassicGroup | None) -> None:
-        """GroupCoordinator.handleHeartbeat / validateHeartbeat."""
+        """GroupCoordinator.handleHeartbeat / validateHeartbeat. The common case first, measured
+        (a large group sends little else): a current member at the group's generation, the group
+        neither Empty nor Dead, passes every check of `_checked_heartbeat`: its session is
+        renewed, and the answer is REBALANCE_IN_PROGRESS while the group prepares a rebalance."""
+        group_id, generation_id, member_id, group_instance_id = request
+        if (
+            group is not None
+            and generation_id == group.generation_id
+            and (state := group.state) is not GroupState.EMPTY
+            and state is not GroupState.DEAD
+            and group_id
+            and (group_instance_id is None or group.static_members.get(group_instance_id) == member_id)
+        ):
+            member = group.members.get(member_id)
+            if member is not None and member.heartbeat_timer is not None:
+                key, expire = member.heartbeat_timer
+                self.timers.schedule(key, self._now_ms + member.session_timeout_ms, expire)
+                code = REBALANCE_IN_PROGRESS if state is GroupState.PREPARING_REBALANCE else NONE
+                self._out.append(Respond(ctx, R.heartbeat(ctx.api_version, code)))
+                return
+        self._checked_heartbeat(ctx, request, group)
+
+    def _checked_heartbeat(
+        self, ctx: RequestContext, request: P.Heartbeat, group: ClassicGroup | None
+    ) -> None:
+        """Heartbeat with Kafka's checks in Kafka's order."""
         api_version = ctx.api_version
         group_id, generation_id, member_id, group_instance_id = request
         if not group_id:

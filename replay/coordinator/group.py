@@ -61,7 +61,10 @@ class Member:
         return self.awaiting_join is not None or self.awaiting_sync is not None
 
     def metadata(self, protocol: str) -> bytes:
-        for name, metadata in self.protocols:
+        protocols = self.protocols
+        if protocols and protocols[0][0] == protocol:
+            return protocols[0][1]  # the common case: the member's first (often only) protocol
+        for name, metadata in protocols:
             if name == protocol:
                 return metadata
         raise ValueError(f"member {self.member_id} does not support protocol {protocol}")
@@ -266,10 +269,14 @@ class ClassicGroup:
         """GroupMetadata.supportsProtocols."""
         if self.state is GroupState.EMPTY:
             return bool(protocol_type) and bool(protocol_names)
+        if self.protocol_type != protocol_type:
+            return False
         size = len(self.members)
-        return self.protocol_type == protocol_type and any(
-            self.supported_protocols.get(name, 0) == size for name in protocol_names
-        )
+        counts = self.supported_protocols
+        for name in protocol_names:  # noqa: SIM110 - a loop, not any(genexpr): measured, once per JoinGroup
+            if counts.get(name, 0) == size:
+                return True
+        return False
 
     def select_protocol(self) -> str:
         """GroupMetadata.selectProtocol: each member votes for its first candidate; most votes

@@ -21,6 +21,7 @@ Neither table ever shrinks, so the capacity follows the largest size the map has
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from enum import StrEnum
 from functools import lru_cache
@@ -29,6 +30,10 @@ from functools import lru_cache
 class MemberMapKind(StrEnum):
     JAVA_HASH_MAP = "java.util.HashMap"
     SCALA_HASH_MAP = "scala.collection.mutable.HashMap"
+
+
+# UTF-16 in this machine's byte order, so that memoryview.cast("H") reads the code units.
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
 
 
 def _int32(value: int) -> int:
@@ -40,10 +45,9 @@ def _int32(value: int) -> int:
 def java_string_hash(text: str) -> int:
     """java.lang.String.hashCode over UTF-16 code units (Scala's `##` on a String is the same)."""
     h = 0
-    data = text.encode("utf-16-be")
-    for index in range(0, len(data), 2):
-        h = (31 * h + ((data[index] << 8) | data[index + 1])) & 0xFFFFFFFF
-    return _int32(h)
+    for unit in memoryview(text.encode(_UTF16_NATIVE)).cast("H"):  # the UTF-16 code units
+        h = 31 * h + unit
+    return _int32(h)  # Java's int overflow: the low 32 bits
 
 
 def improved_hash(text: str) -> int:
@@ -71,10 +75,12 @@ def hash_order(kind: MemberMapKind, keys: Iterable[str], peak_size: int = 0) -> 
     if len(ordered) < 2:
         return ordered
     mask = capacity_for(kind, max(peak_size, len(ordered))) - 1
-    position = {key: index for index, key in enumerate(ordered)}
-    if kind is MemberMapKind.JAVA_HASH_MAP:
-        return sorted(ordered, key=lambda key: (improved_hash(key) & mask, position[key]))
-    return sorted(ordered, key=lambda key: (improved_hash(key) & mask, improved_hash(key), position[key]))
+    # Each key's hash once (a rebalance of a large group orders every member). Java's HashMap
+    # keeps a bucket in insertion order; Scala's sorts it by the whole hash first.
+    scala = kind is not MemberMapKind.JAVA_HASH_MAP
+    hashes = [improved_hash(key) for key in ordered]
+    decorated = sorted([(h & mask, h if scala else 0, i, ordered[i]) for i, h in enumerate(hashes)])
+    return [entry[-1] for entry in decorated]
 
 
 __all__ = ["MemberMapKind", "capacity_for", "hash_order", "improved_hash", "java_string_hash"]

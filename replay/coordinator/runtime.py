@@ -92,9 +92,9 @@ class CoordinatorRuntime:
             self._now_ms = now_ms
         now = self._now_ms
         timers = self.timers
-        next_deadline = timers.next_deadline()
-        if next_deadline is None or next_deadline > now:
-            return
+        heap = timers.heap
+        if not heap or heap[0][0] > now:
+            return  # the earliest entry, live or stale, is later: nothing is due
         while True:
             due = timers.pop_due(now)
             if due is None:

@@ -7,7 +7,10 @@ Kafka's new coordinator keeps its classic-group timeouts in a `CoordinatorTimer`
 binary heap with lazy deletion: each key remembers the sequence number of its live entry, and
 stale heap entries are skipped when they surface. When stale entries outnumber live ones the heap
 is rebuilt from the live ones (a client heartbeating as fast as it can, with a 30-minute session
-timeout, would otherwise leave one stale entry per heartbeat for 30 minutes).
+timeout, would otherwise leave one stale entry per heartbeat for 30 minutes). Whether to rebuild is
+not asked on every schedule (two len() per heartbeat were measurable): each check computes how many
+more schedules the heap needs before it could outgrow the bound, and the next check waits for that
+sequence number.
 """
 
 from __future__ import annotations
@@ -22,35 +25,42 @@ TimerAction = Callable[[int], None]
 _Entry = tuple[int, int, TimerAction]
 
 # Rebuild when the heap holds more than 2 x live + this many entries: amortised O(1) per
-# schedule, and a small heap is never rebuilt.
+# schedule, and a small heap is never rebuilt. (Timers cancelled or fired since the last check
+# lower the bound without moving the next check: the heap then stays within the bound the live
+# timers of that check set.)
 COMPACT_SLACK = 1024
 
 
 class KeyedTimers:
-    __slots__ = ("_heap", "_live", "_seq")
+    __slots__ = ("_check_at", "_live", "_seq", "heap")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, str]] = []
+        # (deadline_ms, seq, key), stale entries included: `heap[0][0]` is never later than the
+        # next live deadline (the coordinator's cheap "is anything due?" test). Read only.
+        self.heap: list[tuple[int, int, str]] = []
         self._live: dict[str, _Entry] = {}
         self._seq = 0
+        self._check_at = COMPACT_SLACK + 1  # the schedule (by sequence number) that checks next
 
     def schedule(self, key: str, deadline_ms: int, action: TimerAction) -> None:
         seq = self._seq = self._seq + 1
-        live = self._live
-        live[key] = (deadline_ms, seq, action)
-        heap = self._heap
-        heapq.heappush(heap, (deadline_ms, seq, key))
-        if len(heap) > 2 * len(live) + COMPACT_SLACK:
-            self._compact()
+        self._live[key] = (deadline_ms, seq, action)
+        heapq.heappush(self.heap, (deadline_ms, seq, key))
+        if seq >= self._check_at:
+            self._maybe_compact(seq)
 
-    def _compact(self) -> None:
-        heap = [(deadline_ms, seq, key) for key, (deadline_ms, seq, _) in self._live.items()]
-        heapq.heapify(heap)
-        self._heap = heap
+    def _maybe_compact(self, seq: int) -> None:
+        live = self._live
+        if len(self.heap) > 2 * len(live) + COMPACT_SLACK:
+            heap = [(deadline_ms, s, key) for key, (deadline_ms, s, _) in live.items()]
+            heapq.heapify(heap)
+            self.heap = heap
+        # Each schedule adds one entry: no sooner than this can the heap outgrow the bound.
+        self._check_at = seq + max(1, 2 * len(live) + COMPACT_SLACK + 1 - len(self.heap))
 
     def heap_size(self) -> int:
         """Entries in the heap, stale ones included (what memory the timers hold)."""
-        return len(self._heap)
+        return len(self.heap)
 
     def cancel(self, key: str) -> None:
         self._live.pop(key, None)
@@ -66,7 +76,7 @@ class KeyedTimers:
         return len(self._live)
 
     def next_deadline(self) -> int | None:
-        heap = self._heap
+        heap = self.heap
         live = self._live
         while heap:
             deadline_ms, seq, key = heap[0]
@@ -78,7 +88,7 @@ class KeyedTimers:
 
     def pop_due(self, now_ms: int) -> tuple[str, TimerAction] | None:
         """The earliest live timer due at `now_ms` (removed), or None. Ties fire in scheduling order."""
-        heap = self._heap
+        heap = self.heap
         live = self._live
         while heap:
             deadline_ms, seq, key = heap[0]
