@@ -311,6 +311,7 @@ class ClassicMember:
         self.error_code = 0  # the error that made the member FATAL
         self.assignment_user_data: bytes | None = None  # a custom assignor's userData (scenario)
         self._heartbeat: tuple[tuple[int, int, str, str | None], Send] | None = None
+        self._beat_index = 0  # heartbeat_times_ms[:_beat_index] are <= the last now_ms asked about
 
     @property
     def running(self) -> bool:
@@ -452,8 +453,14 @@ class ClassicMember:
         (a dynamic member leaving while the others are between heartbeats) depends on where its
         heartbeats fall, and an interval restarted from each replayed answer drifts from that."""
         times = self.heartbeat_times_ms
-        index = bisect.bisect_right(times, now_ms)
-        if index < len(times) and times[index] <= now_ms + 2 * self.heartbeat_interval_ms:
+        # bisect_right(times, now_ms) by a cursor (hot path): a run's clock only moves forward
+        index, count = self._beat_index, len(times)
+        if index > count or (index and times[index - 1] > now_ms):
+            index = bisect.bisect_right(times, now_ms)
+        while index < count and times[index] <= now_ms:
+            index += 1
+        self._beat_index = index
+        if index < count and times[index] <= now_ms + 2 * self.heartbeat_interval_ms:
             return times[index]
         return now_ms + self.heartbeat_interval_ms
 

@@ -222,7 +222,7 @@ class Runner:
             # joins (KIP-345 replaceStaticMember); observing that made the reference "fence"
             # members the recording never saw. A LeaveGroup is the one answer close() awaits.
             return
-        if response.error_code != 0 or not _uneventful(send, response):  # skip them on the hot path
+        if response.error_code != 0 or (send.api_key != HEARTBEAT and not _uneventful(send, response)):
             self.observer.observe(
                 Exchange(
                     now_ms, seat.script.member_key, send.api_key, send.api_version, send.request, response
@@ -342,10 +342,9 @@ class Runner:
 
 def _uneventful(send: Send, response: Any) -> bool:
     """A successful heartbeat the observer derives nothing from (replay.observe): a classic
-    Heartbeat, or a KIP-848 one answered with the same epoch and no assignment."""
-    if send.api_key == HEARTBEAT:
-        return True
-    return (
+    Heartbeat (`deliver` checks that one inline, the hot path), or a KIP-848 one answered with
+    the same epoch and no assignment."""
+    return send.api_key == HEARTBEAT or (
         send.api_key == CONSUMER_HEARTBEAT
         and response.assignment is None
         and response.member_epoch == send.request.member_epoch

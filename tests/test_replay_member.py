@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from typing import Any
 
@@ -262,3 +263,26 @@ def test_any_sequence_of_answers_stays_inside_the_transition_table(steps: list[t
         wakes += [c for c in commands if isinstance(c, WakeAt)]
         if was_fatal:
             assert m.state is MemberState.FATAL and not [c for c in commands if isinstance(c, Send)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    times=st.lists(st.integers(0, 60_000), max_size=40).map(sorted),
+    asks=st.lists(st.integers(0, 70_000), min_size=1, max_size=30),
+    forward=st.booleans(),
+)
+def test_next_heartbeat_time_by_cursor_is_the_bisect(
+    times: list[int], asks: list[int], forward: bool
+) -> None:
+    """The member steps a cursor over the recorded heartbeat times (the hot path) instead of a
+    bisect per beat: for any sequence of times asked about, a run's forward clock or one that
+    jumps back, it picks what the straightforward search picks."""
+    m = ClassicMember(
+        "c#0", "c", JoinSettings("g", 10_000, 30_000, "consumer", (("range", SUBSCRIPTION),)),
+        instance_id=None, api_versions=companion_versions(9), heartbeat_interval_ms=3_000,
+        heartbeat_times_ms=times,
+    )  # fmt: skip
+    for now_ms in sorted(asks) if forward else asks:
+        index = bisect.bisect_right(times, now_ms)
+        due = times[index] if index < len(times) and times[index] <= now_ms + 6_000 else now_ms + 3_000
+        assert m._heartbeat_due(now_ms) == due
