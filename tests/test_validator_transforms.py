@@ -50,6 +50,9 @@ def ev(
     join_api_version: int = 5,
     client_software: str | None = None,
     detail: str | None = None,
+    protocol: str | None = None,
+    group_type: str | None = None,
+    member_epoch: int | None = None,
 ) -> tuple[Any, ...]:
     return (
         session,
@@ -71,6 +74,9 @@ def ev(
         assignment,
         client_software,
         detail,
+        protocol,
+        group_type,
+        member_epoch,
     )
 
 
