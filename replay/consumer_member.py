@@ -37,8 +37,6 @@ from collections.abc import Mapping
 from enum import Enum, StrEnum
 from typing import Any, Final
 
-from kio.schema.errors import ErrorCode
-
 from proxy.wire import ApiKey
 from replay.coordinator.consumer.types import HeartbeatRequest
 from replay.coordinator.consumer.wire import heartbeat_to_kio
@@ -52,6 +50,7 @@ from replay.member import (
     Wake,
     WakeAt,
 )
+from replay.member import _code as _code  # one name -> error code helper for both members
 
 CONSUMER_HEARTBEAT: Final = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 NEWEST_CONSUMER_HEARTBEAT: Final = 1  # KIP-1082 (Kafka 4.0+): the client generates its member id
@@ -96,10 +95,6 @@ class ConsumerReaction(Enum):
     RETRY = "retry the heartbeat after retry.backoff.ms (retriable)"
     RETRY_NOW = "find the coordinator again and retry without backoff"
     FATAL = "stop for good: handleFatalFailure, poll() throws"
-
-
-def _code(name: str) -> int:
-    return int(ErrorCode[name])
 
 
 # AbstractHeartbeatRequestManager.onErrorResponse (Kafka 4.3): NOT_COORDINATOR and
