@@ -14,6 +14,7 @@ import pytest
 
 from group_replay import main as group_replay
 from proxy.capture.reader import read_capture
+from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer.group import MigrationPolicy
 from replay.events import EventName
 from replay.migration import BrokerBuild, GroupProtocol, refused_members, step_stats
@@ -190,3 +191,30 @@ def test_migration_field_errors_name_file_line_and_field(
     text = str(caught.value)
     assert text.startswith(f"bad.yaml:{line}: {field}: "), text
     assert message in text
+
+
+def test_a_heartbeat_without_instance_id_is_not_fenced_it_takes_the_shared_instance_back() -> None:
+    """instance-id-shared-across-protocols on aiokafka, whose Heartbeat (v1) has no
+    group_instance_id: Kafka checks it by member id only (GroupMetadataManager
+    .validateConsumerGroupMember, null instance id -> UNKNOWN_MEMBER_ID, not FENCED_INSTANCE_ID), the
+    client rejoins with JoinGroup v5 carrying the instance id and replaces the consumer-protocol
+    member (classicGroupJoinToConsumerGroup), the group goes back to classic
+    (validateOnlineDowngradeWithReplacedMember) and the consumer-protocol member is refused with
+    GROUP_ID_NOT_FOUND. A live replay against Kafka 4.3.1 gave these errors and rebalances too
+    (docs/ci.md)."""
+    path = CAPTURES / "kafka-3.9.2--aiokafka--mixed.pcapng"
+    aiokafka = build_plan(read_capture(path), path.stem)
+    result = replay_reference(aiokafka, load_builtin("instance-id-shared-across-protocols"))
+    failed = [
+        (e.member_key, e.protocol, e.error_code) for e in result.events if e.event == EventName.REQUEST_FAILED
+    ]
+    assert failed == [
+        ("aiokafka-c#0", GroupProtocol.CLASSIC, ErrorCode.unknown_member_id),
+        ("aiokafka-mixed-a", GroupProtocol.CONSUMER, ErrorCode.group_id_not_found),
+    ]
+    assert [e.detail for e in result.events if e.event == EventName.GROUP_CONVERTED] == [
+        "classic -> consumer",
+        "consumer -> classic",
+    ]
+    assert refused_members(result.events) == {"aiokafka-mixed-a": ErrorCode.group_id_not_found}
+    assert {e.member_key for e in result.events if e.event == EventName.MEMBER_FENCED} == set()
