@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
+from operator import itemgetter
 from typing import NamedTuple, TypeVar
 from uuid import UUID
 
@@ -141,7 +142,57 @@ def uniform(
     counts = [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
     if -1 in counts:
         _partitions(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
+    if not any(map(_ASSIGNMENT, members)):  # nobody holds anything: a fresh group
+        return _uniform_fresh(members, topic_ids, counts)
     return _uniform_homogeneous(members, subscribed, topic_ids, counts)
+
+
+_ASSIGNMENT = itemgetter(3)  # MemberSpec.assignment, read in C
+
+
+def _uniform_fresh(
+    members: Sequence[MemberSpec], topic_ids: tuple[UUID, ...], counts: list[int]
+) -> GroupAssignment:
+    """UniformHomogeneousAssignmentBuilder.build when no member holds a partition (a new group,
+    or every member new after a coordinator move): nothing to keep or revoke, so build() reduces
+    to its quotas - the minimum for each member, one more for the last `extra` members in member
+    order (the `remainingMembersToGetAnExtraPartition` rule applied to members that keep
+    nothing) - and assignRemainingPartitions hands each member its quota in order from the
+    unassigned list (each topic ascending, in topic order), here as slices of `range(count)`.
+    Same result as `_uniform_homogeneous` (tests/test_consumer_group_assignors.py compares both,
+    and the partition-by-partition port, over random fresh groups)."""
+    member_count = len(members)
+    minimum_quota, extra = divmod(sum(counts), member_count)
+    first_extra = member_count - extra
+    chunks = [(topic_id, range(count)) for topic_id, count in zip(topic_ids, counts, strict=True) if count]
+    target: GroupAssignment = {}
+    position = offset = 0
+    topic_id, chunk = chunks[0] if chunks else (None, range(0))
+    size = len(chunk)
+    for index, member in enumerate(members):
+        quota = minimum_quota + 1 if index >= first_extra else minimum_quota
+        end = offset + quota
+        if offset < end < size:  # the usual member: one slice of the current topic (measured hot path)
+            target[member.member_id] = {topic_id: frozenset(chunk[offset:end])}  # type: ignore[dict-item]
+            offset = end
+            continue
+        if not quota:
+            target[member.member_id] = member.assignment
+            continue
+        grown: dict[UUID, frozenset[int]] = {}
+        while quota:
+            piece = frozenset(chunk[offset : offset + quota])
+            if not piece:  # quotas add up to the partitions, so only a broken invariant gets here
+                raise PartitionAssignorError("More quota than partitions")
+            grown[topic_id] = piece  # type: ignore[index]
+            quota -= len(piece)
+            offset += len(piece)
+            if offset == size:
+                position += 1
+                topic_id, chunk = chunks[position] if position < len(chunks) else (None, range(0))
+                size, offset = len(chunk), 0
+        target[member.member_id] = grown
+    return target
 
 
 # A run of partitions of one topic waiting for a member: a range while the topic is untouched.
