@@ -6,6 +6,7 @@ or out-of-range current assignments, and more members than partitions."""
 
 from __future__ import annotations
 
+import gc
 import uuid
 from typing import Any
 
@@ -128,6 +129,7 @@ def test_a_fresh_group_takes_the_fresh_path_to_the_same_assignment(
     general = _uniform_homogeneous(members, subscribed, topic_ids, [counts[t] for t in topic_ids])
     assert fast == general == reference_uniform_homogeneous(members, counts)
     assert list(fast) == list(general)  # the same member order
+    assert gc.isenabled()  # the cyclic collector deferred during the fresh path is back on
     for member in members:
         if not fast[member.member_id]:
             assert fast[member.member_id] is member.assignment
