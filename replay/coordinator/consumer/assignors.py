@@ -188,7 +188,7 @@ def _uniform_fresh(
             offset = end
             continue
         if not quota:
-            target[member.member_id] = member.assignment
+            target[member.member_id] = member.assignment  # type: ignore[assignment]
             continue
         grown: dict[UUID, frozenset[int]] = {}
         while quota:
