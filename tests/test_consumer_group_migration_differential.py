@@ -1,10 +1,15 @@
 """Differential: the online classic <-> consumer group migration against a real Kafka 4.3.1 broker
-started with group.consumer.migration.policy (it cannot change at run time, so one broker per
-policy, shared by the session). The same script of raw kio requests - classic JoinGroup/SyncGroup/
-Heartbeat/LeaveGroup and ConsumerGroupHeartbeat - goes to the broker and to the reference
-GroupCoordinator (in virtual time); the error codes, generations / member epochs, assignments,
-group types and states (DescribeGroups v5, ConsumerGroupDescribe v1) must be the same. Member ids
-the coordinator makes are named by their first appearance."""
+started with group.consumer.migration.policy (static: it is not in GroupCoordinatorConfig's
+RECONFIGURABLE_CONFIGS, and IncrementalAlterConfigs answers INVALID_REQUEST), one broker per
+policy, module-scoped so every script of a policy runs on one broker. The same script of raw kio
+requests - classic JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit and
+ConsumerGroupHeartbeat - goes to the broker and to the reference GroupCoordinator (in virtual time;
+a JoinGroup Kafka holds lets virtual time run to the reference's next timer, as the wall clock
+runs for the blocked call); the error codes, generations / member epochs, assignments, group
+types and states (DescribeGroups v5, ConsumerGroupDescribe v1) must be the same. Every built-in
+migration scenario (replay/scenarios) names the script that plays its path (BUILT_IN_SCRIPTS),
+and every script runs under all four policies. Member ids the coordinator makes are named by
+their first appearance."""
 
 from __future__ import annotations
 
@@ -276,6 +281,18 @@ class Script:
         )
 
 
+def last_consumer_member_leaves(s: Script, member: str, gen: int) -> None:
+    """The last consumer-protocol member leaves a group whose other member is the classic A: the
+    group is converted to a classic group when the policy allows a downgrade
+    (GroupMetadataManager.convertToClassicGroup), and A, told to rejoin, rejoins and leads."""
+    s.consumer(member, -1, None)
+    s.describe()
+    s.classic_heartbeat("A", gen)
+    gen = s.classic_join("A")
+    s.classic_sync("A", gen, {"A": [0, 1, 2, 3]})
+    s.describe()
+
+
 def upgrade_then_downgrade(s: Script, ids: dict[str, uuid.UUID]) -> None:
     """A one-member classic group (range, all 4 partitions) is joined by a consumer-protocol
     member: the group converts, the classic member rejoins as a follower and gives up half; then the
@@ -297,12 +314,7 @@ def upgrade_then_downgrade(s: Script, ids: dict[str, uuid.UUID]) -> None:
     epoch = s.consumer(c, epoch, {})
     epoch = s.consumer(c, epoch, {topic_id: frozenset()})
     s.describe()
-    s.consumer(c, -1, None)
-    s.describe()
-    s.classic_heartbeat("A", gen)
-    gen = s.classic_join("A")
-    s.classic_sync("A", gen, {"A": [0, 1, 2, 3]})
-    s.describe()
+    last_consumer_member_leaves(s, c, gen)
 
 
 def refusals(s: Script, ids: dict[str, uuid.UUID]) -> None:
@@ -464,12 +476,7 @@ def rolling_downgrade(s: Script, ids: dict[str, uuid.UUID]) -> None:
     gen = s.classic_join("A")
     s.classic_sync("A", gen)
     s.describe()
-    s.consumer(c2, -1, None)
-    s.describe()
-    s.classic_heartbeat("A", gen)
-    gen = s.classic_join("A")
-    s.classic_sync("A", gen, {"A": [0, 1, 2, 3]})
-    s.describe()
+    last_consumer_member_leaves(s, c2, gen)
 
 
 def instance_id_shared(s: Script, ids: dict[str, uuid.UUID]) -> None:
@@ -529,7 +536,7 @@ SCRIPTS = {
 # protocol path against the broker; each script runs under every migration policy, so the
 # policy scenarios (disabled / downgrade refuse the upgrade, upgrade keeps the consumer group)
 # are the rolling upgrade and upgrade-then-downgrade scripts on those brokers.
-BUILTIN_SCRIPTS = {
+BUILT_IN_SCRIPTS = {
     "classic-to-consumer-offline-migration": "offline-migration",
     "classic-to-consumer-rolling-upgrade": "rolling-upgrade",
     "classic-to-consumer-rolling-upgrade-cooperative": "rolling-upgrade-cooperative",
@@ -548,8 +555,8 @@ BUILTIN_SCRIPTS = {
 def test_every_builtin_migration_scenario_has_a_differential_script() -> None:
     """A new built-in migration scenario must name the script that checks its path on Kafka."""
     builtin = {name for name in builtin_names() if load_builtin(name).uses_consumer_protocol}
-    assert builtin == set(BUILTIN_SCRIPTS)
-    assert set(BUILTIN_SCRIPTS.values()) <= set(SCRIPTS)
+    assert builtin == set(BUILT_IN_SCRIPTS)
+    assert set(BUILT_IN_SCRIPTS.values()) <= set(SCRIPTS)
 
 
 @pytest.fixture(scope="module", params=list(MigrationPolicy), ids=lambda p: p.value)

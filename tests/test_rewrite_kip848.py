@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.capture.reader import read_capture
@@ -70,6 +69,7 @@ def _knows(name: str) -> bool:
     return True
 
 
+@settings(deadline=None)
 @given(st.dictionaries(st.sampled_from(sorted(KAFKA_43)), st.integers(0, 20), max_size=12))
 def test_a_cap_never_removes_an_api(caps: dict[int, int]) -> None:
     policy = parse_policy("name: any\n", "any.yaml")
@@ -94,20 +94,6 @@ def test_hide_apis_removes_only_what_it_names() -> None:
         HEARTBEAT,
         DESCRIBE,
     }
-
-
-@pytest.mark.parametrize(
-    ("text", "where"),
-    [
-        ("hide_apis: [JoinGroup]\n", "p.yaml:1: hide_apis[0]: JoinGroup cannot be hidden"),
-        ("hide_apis: [ConsumerGroupHartbeat]\n", "p.yaml:1: hide_apis[0]: unknown API"),
-        ("hide_apis: ConsumerGroupHeartbeat\n", "p.yaml:1: hide_apis: expected a list"),
-    ],
-)
-def test_hide_apis_errors_name_file_line_and_field(text: str, where: str) -> None:
-    with pytest.raises(PolicyError) as caught:
-        parse_policy(text, "p.yaml")
-    assert str(caught.value).startswith(where), str(caught.value)
 
 
 def test_the_proxy_prints_which_api_keys_its_policy_changes(tmp_path: Path) -> None:
