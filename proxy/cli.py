@@ -265,10 +265,13 @@ def main(argv: list[str]) -> int:  # noqa: C901 - the command's option checks in
         return 2
     if args.policy:
         try:
-            config.policy = _load_policy(args.policy)
+            policy = _load_policy(args.policy)
         except ValueError as exc:  # proxy.rewrite.PolicyError names the file, line and field
             print(f"group-replay proxy: {exc}", file=sys.stderr)
             return 2
+        config.policy = policy
+        for change in policy.api_versions_changes():  # issue 13: every capped API key, named
+            print(f"group-replay proxy: policy {policy.name}: ApiVersions {change}", file=sys.stderr)
     try:
         asyncio.run(_run(config, args.record, RecordScope(args.record_scope)))
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down

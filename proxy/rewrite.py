@@ -6,7 +6,14 @@ process; the proxy applies them to live clients. YAML:
 
     name: cap-joingroup-v5              (optional; defaults to the file name)
     api_versions: {JoinGroup: 5}        cap the max_version the broker advertises in ApiVersions,
-                                        so clients negotiate down on their own
+                                        so clients negotiate down on their own; a cap lowers
+                                        max_version (never below min_version) and never removes
+                                        an API, so capping anything leaves ConsumerGroupHeartbeat
+    hide_apis: [ConsumerGroupHeartbeat, ConsumerGroupDescribe]
+                                        remove these APIs from ApiVersions (a broker without
+                                        KIP-848: clients fall back to the classic protocol or
+                                        fail as they would there); only the KIP-848 APIs, and
+                                        only when named here
     reencode: {JoinGroup: 5}            re-encode requests of an API to this version (with
                                         `proxy.wire.convert`); the response is converted back to the
                                         version the client asked for
@@ -51,7 +58,7 @@ from proxy.wire import (
     encode_request,
     encode_response,
 )
-from proxy.wire.apis import ApiKey, api_name
+from proxy.wire.apis import CONSUMER_PROTOCOL_API_KEYS, ApiKey, api_name
 from proxy.wire.convert import ConversionError, convert
 from proxy.yaml_reader import YamlInputError, YamlReader, compose, read_text
 
@@ -94,6 +101,7 @@ class RewritePolicy:
 
     name: str = "rewrite"
     api_version_caps: dict[int, int] = field(default_factory=dict)
+    hidden_apis: frozenset[int] = frozenset()  # removed from ApiVersions (KIP-848's, named explicitly)
     reencode: dict[int, int] = field(default_factory=dict)
     membership: tuple[MembershipEdit, ...] = ()
     allow_drop: frozenset[str] = frozenset()
@@ -108,7 +116,7 @@ class RewritePolicy:
 
     def wants_response(self, request: PendingRequest) -> bool:
         if request.api_key == API_VERSIONS:
-            return bool(self.api_version_caps)
+            return bool(self.api_version_caps or self.hidden_apis)
         return request.upstream_api_version != request.api_version
 
     def on_request(self, header: RequestHeaderInfo, request_frame: bytes) -> bytes:
@@ -135,11 +143,25 @@ class RewritePolicy:
         return encode_response(converted, request.correlation_id)[4:]
 
     # -- pure entity rewrites -----------------------------------------------------------------
+    def api_versions_changes(self) -> tuple[str, ...]:
+        """What this policy does to ApiVersions, one line per API key (printed when the proxy
+        starts, so a cap never changes an API unnoticed)."""
+        caps = [
+            f"{api_name(k)} ({k}): max_version capped at {v}"
+            for k, v in sorted(self.api_version_caps.items())
+        ]
+        hidden = [f"{api_name(k)} ({k}): hidden (hide_apis)" for k in sorted(self.hidden_apis)]
+        return tuple(caps + hidden)
+
     def cap_api_versions(self, response: Any) -> Any:
-        """ApiVersions response with each capped API's max_version lowered to the cap."""
+        """ApiVersions response with each capped API's max_version lowered to the cap and the
+        hidden APIs removed; no other entry is ever removed."""
         changed = False
         keys = []
         for entry in response.api_keys:
+            if int(entry.api_key) in self.hidden_apis:
+                changed = True
+                continue
             cap = self.api_version_caps.get(int(entry.api_key))
             if cap is not None and int(entry.max_version) > cap:
                 entry = replace(entry, max_version=type(entry.max_version)(max(cap, int(entry.min_version))))
@@ -250,6 +272,20 @@ def _membership_edit(r: YamlReader, node: Any, path: str) -> MembershipEdit:
     )
 
 
+def _hidden_apis(r: YamlReader, node: Any) -> frozenset[int]:
+    """`hide_apis: [ConsumerGroupHeartbeat, ...]`: only the KIP-848 APIs may be hidden (the
+    rehearsal of a broker without them); any other name is an error naming file:line:field."""
+    hidden = set()
+    for i, item in enumerate(r.sequence(node, "hide_apis")):
+        path = f"hide_apis[{i}]"
+        api_key = r.api(item, path)
+        if api_key not in CONSUMER_PROTOCOL_API_KEYS:
+            allowed = " and ".join(api_name(k) for k in sorted(CONSUMER_PROTOCOL_API_KEYS))
+            raise r.fail(item, path, f"{api_name(api_key)} cannot be hidden (only {allowed})")
+        hidden.add(api_key)
+    return frozenset(hidden)
+
+
 def parse_policy(text: str, source: str) -> RewritePolicy:
     """Parse and validate a policy; raises PolicyError naming source, line and field."""
     root = compose(text, source, PolicyError)
@@ -257,13 +293,17 @@ def parse_policy(text: str, source: str) -> RewritePolicy:
     if root is None:
         return policy
     r = YamlReader(source, PolicyError)
-    fields = r.mapping(root, "", {"name", "api_versions", "reencode", "membership", "allow_drop"})
+    fields = r.mapping(
+        root, "", {"name", "api_versions", "hide_apis", "reencode", "membership", "allow_drop"}
+    )
     if "name" in fields:
         policy.name = r.string(fields["name"], "name")
     if "api_versions" in fields:
         policy.api_version_caps = {
             k: v for k, v, _ in r.api_versions(fields["api_versions"], "api_versions", False)
         }
+    if "hide_apis" in fields:
+        policy.hidden_apis = _hidden_apis(r, fields["hide_apis"])
     if "reencode" in fields:
         policy.reencode = {k: v for k, v, _ in r.api_versions(fields["reencode"], "reencode", False)}
     if "allow_drop" in fields:

@@ -6,6 +6,7 @@ or out-of-range current assignments, and more members than partitions."""
 
 from __future__ import annotations
 
+import gc
 import uuid
 from typing import Any
 
@@ -15,6 +16,8 @@ from hypothesis import strategies as st
 from replay.coordinator.consumer.assignors import (
     MemberSpec,
     PartitionAssignorError,
+    _topic_order,
+    _uniform_homogeneous,
     java_hash_order,
     java_string_hash,
     java_uuid_hash,
@@ -104,3 +107,29 @@ def _straightforward_hash_order(keys: list[Any]) -> list[Any]:
 def test_hash_order_sorts_like_the_bucket_walk(keys: list[Any]) -> None:
     expected = keys if len(keys) < 2 else _straightforward_hash_order(keys)
     assert java_hash_order(keys) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 60),
+    st.lists(st.integers(0, 40), min_size=1, max_size=len(TOPICS)),
+    st.data(),
+)
+def test_a_fresh_group_takes_the_fresh_path_to_the_same_assignment(
+    member_count: int, partition_counts: list[int], data: st.DataObject
+) -> None:
+    """Nobody holds anything (a new group): `uniform` goes through `_uniform_fresh`, which must
+    give what the general builder and the partition-by-partition port give - the very same
+    empty-assignment object for a member whose quota is 0 included."""
+    counts = dict(zip(TOPICS, partition_counts, strict=False))
+    subscribed = frozenset(data.draw(st.lists(st.sampled_from(sorted(counts)), min_size=1, unique=True)))
+    members = [MemberSpec(f"m{i:03d}", None, subscribed, {}) for i in range(member_count)]
+    fast = uniform(members, counts, True)
+    topic_ids = _topic_order(subscribed)
+    general = _uniform_homogeneous(members, subscribed, topic_ids, [counts[t] for t in topic_ids])
+    assert fast == general == reference_uniform_homogeneous(members, counts)
+    assert list(fast) == list(general)  # the same member order
+    assert gc.isenabled()  # the cyclic collector deferred during the fresh path is back on
+    for member in members:
+        if not fast[member.member_id]:
+            assert fast[member.member_id] is member.assignment

@@ -134,6 +134,9 @@ def test_api_versions_caps_lower_max_version() -> None:
         ("api_versions: {JoinGruop: 5}\n", "p.yaml:1: api_versions.JoinGruop: unknown API"),
         ("membership:\n  - {match: {ordinal: 0}, action: paint}\n", "p.yaml:2: membership[0].action"),
         ("colour: red\n", "p.yaml:1: colour: unknown key"),
+        ("hide_apis: [JoinGroup]\n", "p.yaml:1: hide_apis[0]: JoinGroup cannot be hidden"),
+        ("hide_apis: [ConsumerGroupHartbeat]\n", "p.yaml:1: hide_apis[0]: unknown API"),
+        ("hide_apis: ConsumerGroupHeartbeat\n", "p.yaml:1: hide_apis: expected a list"),
     ],
 )
 def test_policy_errors_name_file_line_and_field(text: str, where: str) -> None:
