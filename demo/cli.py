@@ -305,8 +305,17 @@ def _shown(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["group"]:  # `group-replay demo group`: the demo group alone (demo.group_cli)
+        from demo.group_cli import main as group_main
+
+        return group_main(argv[1:])
+    return _loop(argv)
+
+
+def _loop(argv: list[str]) -> int:
     try:
-        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0) and 2
     if args.speed <= 0 or args.partitions < 1:
