@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="record a real consumer group through the proxy, replay it under two built-in "
         "scenarios against the reference coordinator and a live broker, validate with Spark and "
         "print the verdict",
+        epilog="`group-replay demo group --help`: the demo group alone, against a running cluster, "
+        "until its coordinator moves (README's walk-through)",
     )
     parser.add_argument(
         "--dir",

@@ -48,9 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the listener's security settings in librdkafka's names (the librdkafka.properties "
         "`group-replay broker start --security` writes); default PLAINTEXT",
     )
-    parser.add_argument("--topic", default=DEFAULT_TOPIC)
-    parser.add_argument("--group", default=DEFAULT_GROUP)
-    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
+    parser.add_argument("--topic", default=DEFAULT_TOPIC, help="created if missing (default %(default)s)")
+    parser.add_argument("--group", default=DEFAULT_GROUP, help="the group id (default %(default)s)")
+    parser.add_argument(
+        "--partitions", type=int, default=DEFAULT_PARTITIONS, help="a new topic's (default %(default)s)"
+    )
     parser.add_argument(
         "--wait-s",
         type=float,
