@@ -31,6 +31,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,7 @@ class Result:
     p99_ms: float | None
     note: str = ""
     capture_bytes: int | None = None
+    round: int = 0
 
 
 def free_port() -> int:
@@ -199,34 +201,69 @@ SYNTHETIC = [
 ]
 
 
+def _alternating(rounds: int, relays: list[str]) -> Iterator[tuple[int, str, int, int, int, str]]:
+    """Every load under every relay, `rounds` times; odd rounds take the relays in reverse, so a
+    drift of the machine's load does not always favour the same relay."""
+    for round_ in range(rounds):
+        order = relays if round_ % 2 == 0 else relays[::-1]
+        for name, conns, window, size in SYNTHETIC:
+            for kind in order:
+                yield round_, name, conns, window, size, kind
+
+
+def round_ratios(results: list[Result], reference: str = "proxy") -> object:
+    """Each relay's throughput over `reference`'s of the same load and round, per round and the
+    median: the figure to read on a loaded machine."""
+    from rich.table import Table
+
+    rounds = sorted({r.round for r in results})
+    out = Table(title=f"throughput x {reference}, same load and round (rounds alternate the relay order)")
+    for column in ("load", "relay", *(f"round {n}" for n in rounds), "median"):
+        out.add_column(column, justify="left" if column in ("load", "relay") else "right")
+    base = {(r.load, r.relay, r.round): r.ops_per_s for r in results}
+    for load in dict.fromkeys(r.load for r in results):
+        for kind in dict.fromkeys(r.relay for r in results if r.load == load and r.relay != reference):
+            ratios = [
+                base[(load, kind, n)] / base[(load, reference, n)]
+                for n in rounds
+                if base.get((load, reference, n)) and (load, kind, n) in base
+            ]
+            if ratios:
+                cells = [f"{value:.2f}" for value in ratios]
+                out.add_row(load, kind, *cells, f"{statistics.median(ratios):.2f}")
+    return out
+
+
 def synthetic(args: argparse.Namespace, relays: list[str], workdir: Path) -> list[Result]:
     tool = load_tool()
     upstream = free_port()
     results = []
     with process([str(tool), "server", str(upstream)], upstream):
-        for name, conns, window, size in SYNTHETIC:
-            for kind in relays:
-                with relay(kind, upstream, args, workdir) as port:
-                    out = subprocess.run(
-                        [str(tool), "client", "127.0.0.1", str(port), str(conns), str(window), str(size),
-                         str(args.seconds)],
-                        capture_output=True, text=True, check=True,
-                    ).stdout  # fmt: skip
-                captured = take_capture_size(workdir)
-                data = json.loads(out.strip().splitlines()[-1])
-                seconds = float(data["seconds"])
-                results.append(
-                    Result(
-                        name,
-                        kind,
-                        data["requests"] / seconds,
-                        data["bytes"] / seconds / 1e6,
-                        data["p50_us"] / 1000,
-                        data["p99_us"] / 1000,
-                        capture_bytes=captured,
-                    )
+        for round_, name, conns, window, size, kind in _alternating(args.rounds, relays):
+            with relay(kind, upstream, args, workdir) as port:
+                out = subprocess.run(
+                    [str(tool), "client", "127.0.0.1", str(port), str(conns), str(window), str(size),
+                     str(args.seconds)],
+                    capture_output=True, text=True, check=True,
+                ).stdout  # fmt: skip
+            captured = take_capture_size(workdir)
+            data = json.loads(out.strip().splitlines()[-1])
+            seconds = float(data["seconds"])
+            results.append(
+                Result(
+                    name,
+                    kind,
+                    data["requests"] / seconds,
+                    data["bytes"] / seconds / 1e6,
+                    data["p50_us"] / 1000,
+                    data["p99_us"] / 1000,
+                    capture_bytes=captured,
+                    round=round_,
                 )
-                print(f"  {name} / {kind}: {results[-1].ops_per_s:,.0f} req/s", file=sys.stderr)
+            )
+            load = os.getloadavg()[0]
+            print(f"  round {round_} {name} / {kind}: {results[-1].ops_per_s:,.0f} req/s (load {load:.1f})",
+                  file=sys.stderr)  # fmt: skip
     return results
 
 
@@ -466,12 +503,20 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the proxy from this checkout (e.g. `git worktree add DIR main`): before/after rows",
     )
     parser.add_argument("--profile", metavar="FILE", help="cProfile the recording proxy into FILE")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="synthetic loads: repeat every relay this often, alternating"
+    )
+    parser.add_argument(
+        "--relays", help="comma-separated subset of direct,haproxy,proxy,proxy+record,proxy+record all"
+    )
     args = parser.parse_args(argv)
     args.haproxy = shutil.which("haproxy")
     relays = ["direct", "haproxy", "proxy", "proxy+record", "proxy+record all"]
     if args.baseline:
         relays[2:2] = ["main proxy", "main proxy+record"]
-    if args.haproxy is None:
+    if args.relays:
+        relays = [kind for kind in relays if kind in args.relays.split(",")]
+    if args.haproxy is None and "haproxy" in relays:
         print("haproxy not installed (apt-get install haproxy): its rows are left out", file=sys.stderr)
         relays.remove("haproxy")
     results: list[Result] = []
@@ -487,7 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     order = {name: index for index, name in enumerate(relays)}
     results.sort(key=lambda r: (loads.index(r.load), order[r.relay]))
     console = Console(width=max(Console().width, 150))
-    console.print(table(results))
+    console.print(table([r for r in results if r.round == 0]))
+    if args.rounds > 1 or args.relays:
+        console.print(round_ratios(results))
     console.print(f"cpus: {os.cpu_count()}, load average before the table: {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="record a real consumer group through the proxy, replay it under two built-in "
         "scenarios against the reference coordinator and a live broker, validate with Spark and "
         "print the verdict",
+        epilog="`group-replay demo group --help`: the demo group alone, against a running cluster, "
+        "until its coordinator moves (README's walk-through)",
     )
     parser.add_argument(
         "--dir",
@@ -305,8 +307,17 @@ def _shown(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["group"]:  # `group-replay demo group`: the demo group alone (demo.group_cli)
+        from demo.group_cli import main as group_main
+
+        return group_main(argv[1:])
+    return _loop(argv)
+
+
+def _loop(argv: list[str]) -> int:
     try:
-        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0) and 2
     if args.speed <= 0 or args.partitions < 1:

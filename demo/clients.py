@@ -25,6 +25,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from demo.security import ClientSecurity
 from harness import paths
 from harness.broker import child_preexec
 from harness.maven import ProgressCallback, client_libs, java_path
@@ -61,6 +62,7 @@ class ConsumerSpec:
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     java_client_version: str = DEFAULT_JAVA_CLIENT  # only for kind=JAVA
     run_ms: int | None = None  # None: until stopped
+    client_config: Path | None = None  # security settings, librdkafka's names (demo.security)
 
     @property
     def label(self) -> str:
@@ -151,8 +153,14 @@ def command_for(spec: ConsumerSpec, progress: ProgressCallback | None = None) ->
             raise ClientError("java not found on PATH")
         classes = compiled_java_consumer(progress)
         libs = client_libs(spec.java_client_version, progress)
+        security = []
+        if spec.client_config is not None:
+            security_dir = paths.cache_root() / "security"
+            java_settings = ClientSecurity.read(spec.client_config).java_properties(security_dir)
+            security = [f"-Dgroup.replay.client.properties={java_settings}"]
         return [
             java,
+            *security,
             "-Xmx96m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
@@ -190,6 +198,8 @@ def command_for(spec: ConsumerSpec, progress: ProgressCallback | None = None) ->
         cmd += ["--instance", spec.group_instance_id]
     if spec.run_ms is not None:
         cmd += ["--run-ms", str(spec.run_ms)]
+    if spec.client_config is not None:
+        cmd += ["--client-config", str(spec.client_config)]
     return cmd
 
 

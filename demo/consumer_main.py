@@ -7,6 +7,7 @@ object per line on stdout (the contract `demo.clients` parses):
    "is_leader": bool (kafka-python only, from `_coordinator._is_leader`)}
   {"event": "revoked", "partitions": [...]}
   {"event": "records", "count": n}               at most once per poll that returned records
+  {"event": "coordinator", "node_id": n}         kafka-python only: the broker it found coordinating
   {"event": "closed"}                            after a clean close (SIGTERM, SIGINT or --run-ms)
   {"event": "error", "message": str}
 Every kind uses the range assignor, so mixed groups agree on a protocol (aiokafka's default is
@@ -23,7 +24,10 @@ import json
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+from demo.security import ClientSecurity
 
 _stop = False
 
@@ -58,6 +62,7 @@ def run_confluent(args: argparse.Namespace) -> None:
         "enable.auto.commit": False,
         "partition.assignment.strategy": "range",
     }
+    config |= _security(args).librdkafka()
     if args.instance:
         config["group.instance.id"] = args.instance
     consumer = Consumer(config)
@@ -78,9 +83,13 @@ def run_confluent(args: argparse.Namespace) -> None:
     consumer.close()
 
 
+def _security(args: argparse.Namespace) -> ClientSecurity:
+    return ClientSecurity() if args.client_config is None else ClientSecurity.read(args.client_config)
+
+
 def _python_client_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The consumer settings kafka-python and aiokafka spell the same way."""
-    return {
+    """The consumer settings kafka-python and aiokafka spell the same way (security: nearly)."""
+    return _security(args).python(args.kind) | {
         "bootstrap_servers": args.bootstrap,
         "group_id": args.group,
         "client_id": args.client_id,
@@ -125,11 +134,18 @@ def run_kafka_python(args: argparse.Namespace) -> None:
 
     consumer.subscribe(topics=args.topics, listener=Listener())
     end = _deadline(args.run_ms)
+    coordinator = None
     while not _stop and time.monotonic() < end:
         batches = consumer.poll(timeout_ms=100)
         count = sum(len(records) for records in batches.values())
         if count:
             emit("records", count=count)
+        # The broker the member found coordinating its group (FindCoordinator's answer): None
+        # while it looks for one; kafka-python 3 names its connection to it `coordinator-<id>`.
+        found = getattr(getattr(consumer, "_coordinator", None), "coordinator_id", None)
+        if found is not None and found != coordinator:
+            coordinator = found
+            emit("coordinator", node_id=int(str(found).rsplit("-", 1)[-1]))
     consumer.close()
 
 
@@ -189,6 +205,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--client-id", default="group-replay-consumer")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument(
+        "--client-config", type=Path, default=None, help="security settings (librdkafka's names)"
+    )
     parser.add_argument(
         "--run-ms", type=int, default=None, help="close after this long (default: until signalled)"
     )

@@ -18,8 +18,11 @@ def create_topic(
     *,
     config: dict[str, str] | None = None,
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    settings: dict[str, str] | None = None,
+    replication: int = 1,
 ) -> None:
-    """Create `topic` (replication 1) and wait until its metadata shows every partition.
+    """Create `topic` (`replication` copies; -1: the cluster's default.replication.factor) and wait
+    until its metadata shows every partition. `settings`: the client's own (security) settings.
 
     An existing topic with the same partition count is accepted, so session-scoped brokers can be
     shared by tests that pick the same name.
@@ -28,9 +31,9 @@ def create_topic(
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**(settings or {}), "bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
+        [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=config or {})],
         request_timeout=timeout_ms / 1000,
     )
     try:

@@ -6,7 +6,7 @@ directory (`--state-dir`, default `<cache>/run/`) with its pid, ports, bootstrap
 `start --brokers N` starts an N-node KRaft cluster the same way (`cluster-<version>.json`, its
 nodes, certificates and client configs in `cluster-<version>/` of the state directory), and
 `--security` gives every node a client listener with TLS and/or SASL (`harness.security`).
-Clusters run as local processes only (no container provider).
+Clusters run as local processes, or with `--provider container` in containers (harness.container.cluster).
 `stop` stops only what `start` started: the broker named by its id (the pid `start` prints), or
 every broker of one state directory; never a broker some other tool or test runs. A broker
 started here uses Kafka's own group settings (`KAFKA_GROUP_DEFAULTS`) unless `--set` says
@@ -113,6 +113,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="start an N-node KRaft cluster (3.3+; each node broker and controller, the offsets "
         "topic replicated to 3 nodes) instead of one broker (default %(default)s)",
+    )
+    start.add_argument(
+        "--provider",
+        choices=["process", "container"],
+        default="process",
+        help="run the nodes as local processes, or in containers of a locally built image "
+        "(testcontainers on podman; PLAINTEXT listeners only) (default %(default)s)",
     )
     start.add_argument(
         "--security",
@@ -292,6 +299,33 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _start_container_cluster(
+    args: argparse.Namespace, settings: dict[str, str], security: Security, directory: Path
+) -> int:
+    if security is not Security.PLAINTEXT:
+        print("group-replay broker: --provider container has PLAINTEXT listeners only", file=sys.stderr)
+        return 2
+    from harness.container.cluster import start_detached_container_cluster
+
+    state, code = _launched(
+        args,
+        lambda progress: start_detached_container_cluster(
+            args.kafka_version, args.brokers, args.new_coordinator, settings, directory, progress
+        ),
+        on_failure=lambda: shutil.rmtree(directory, ignore_errors=True),
+    )
+    if state is None:
+        return code
+    path = write_cluster_state(state)
+    print(state.bootstrap)
+    print(
+        f"Kafka {args.kafka_version} cluster of {args.brokers} containers, id {state.id}; state {path}; "
+        f"stop it with `group-replay broker stop {state.id}`",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _kill_node(clusters: list[ClusterState], node_id: int) -> int:
     if len(clusters) != 1:
         print(
@@ -384,7 +418,7 @@ def _start(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         print(f"group-replay broker: --brokers {args.brokers}: at least 1", file=sys.stderr)
         return 2
-    if args.brokers > 1 or args.security != Security.PLAINTEXT:
+    if args.brokers > 1 or args.security != Security.PLAINTEXT or args.provider == "container":
         return _start_cluster(args, settings)
     if args.users:
         print("group-replay broker: --user is for SASL listeners (--security sasl_*)", file=sys.stderr)
@@ -445,6 +479,8 @@ def _start_cluster(args: argparse.Namespace, settings: dict[str, str]) -> int:
         return 0
     directory = cluster_directory(args.kafka_version)
     shutil.rmtree(directory, ignore_errors=True)  # leftovers of a cluster that died
+    if args.provider == "container":
+        return _start_container_cluster(args, settings, security, directory)
     try:
         setup = prepare(directory, security, args.sasl_mechanism, users)
     except ValueError as exc:

@@ -190,12 +190,14 @@ class ClusterState:
     librdkafka_config: str
     started_at_ms: int
     nodes: tuple[BrokerState, ...]
+    containers: tuple[str, ...] = ()  # the container provider's nodes (removed by `stop`)
 
     @classmethod
     def from_json(cls, text: str) -> ClusterState:
         data: dict[str, Any] = json.loads(text)
         nodes = tuple(BrokerState(**node) for node in data.pop("nodes"))
-        return cls(**data, nodes=nodes)
+        containers = tuple(data.pop("containers", ()))
+        return cls(**data, nodes=nodes, containers=containers)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -234,6 +236,10 @@ def stop_detached_cluster(state: ClusterState, timeout_ms: int = DEFAULT_STOP_TI
         if pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    if state.containers:
+        from harness.container.cluster import remove_containers
+
+        remove_containers(state.containers)
     cluster_state_path(state.kafka_version).unlink(missing_ok=True)
     shutil.rmtree(state.directory, ignore_errors=True)
     return bool(alive)

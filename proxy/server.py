@@ -404,12 +404,13 @@ class _ClientSide(asyncio.Protocol):
         record = self.recorder.record if self.recorder is not None else None
         if record is not None and len(commands) > 2 and type(commands[-1]) is Record:
             # Recording: [send, Record, Record, ...] (a Close always comes last): one hand-over.
-            send, records = commands[0], commands[1:]
-            if type(send) is Record:
-                records = commands
-            else:
-                commands = [send]
-            self.recorder.record_many(records)  # type: ignore[union-attr]
+            # Group scope mixes header-only runs (tuples) in when a read carries both kinds of
+            # frame: those go one by one below, in order.
+            first = 0 if type(commands[0]) is Record else 1
+            records = commands[first:]
+            if all(type(item) is Record for item in records):
+                commands = commands[:first]
+                self.recorder.record_many(records)  # type: ignore[union-attr]
         for command in commands:
             if type(command) is Record:  # most commands while recording
                 assert record is not None

@@ -21,15 +21,19 @@ class _Captured(BaseException):
         self.parser = parser
 
 
-def _parser_of(command: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+def _parser_of(command: str, monkeypatch: pytest.MonkeyPatch, *sub: str) -> argparse.ArgumentParser:
     def capture(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
         raise _Captured(self)
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", capture)
     with pytest.raises(_Captured) as caught:
-        group_replay.main([command, "--help"])
+        group_replay.main([command, *sub, "--help"])
     return caught.value.parser
+
+
+# Subcommands a command dispatches to a parser of their own before its main parser runs.
+OWN_PARSERS = {("demo", "group")}
 
 
 def _undocumented(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
@@ -47,9 +51,12 @@ def _undocumented(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
             yield f"{path} {'/'.join(action.option_strings) or action.dest}"
 
 
-@pytest.mark.parametrize("command", sorted(group_replay.COMMANDS))
+WITH_SUBPARSERS = [*sorted(group_replay.COMMANDS), *(" ".join(pair) for pair in sorted(OWN_PARSERS))]
+
+
+@pytest.mark.parametrize("command", WITH_SUBPARSERS)
 def test_every_option_has_help(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    parser = _parser_of(command, monkeypatch)
+    parser = _parser_of(*command.split()[:1], monkeypatch, *command.split()[1:])
     assert list(_undocumented(parser, f"group-replay {command}")) == []
 
 
@@ -75,7 +82,8 @@ def test_readme_commands_match_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
     assert listed == set(group_replay.COMMANDS)
     for line in lines:
         command = line.split()[1]
-        options = _options(_parser_of(command, monkeypatch))
+        sub = tuple(line.split()[2:3]) if (command, *line.split()[2:3]) in OWN_PARSERS else ()
+        options = _options(_parser_of(command, monkeypatch, *sub))
         for option in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
             assert option in options, f"README: {line!r} names {option}, which `{command}` does not have"
 

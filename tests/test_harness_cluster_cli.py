@@ -15,6 +15,7 @@ import pytest
 from harness.broker import pid_alive
 from harness.lines import KAFKA_39
 from harness.maven import missing_tools
+from tests.support.detached import run_when_killed, stop_command
 
 USER, PASSWORD = "carol", "carol-cluster-secret-4e1d"
 
@@ -55,47 +56,48 @@ def test_start_a_sasl_ssl_cluster_reach_it_and_stop_it(tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient
 
     run_dir = tmp_path / "run"
-    started = _cli(
-        run_dir, "start", "--version", KAFKA_39, "--brokers", "3", "--security", "sasl_ssl",
-        "--sasl-mechanism", "SCRAM-SHA-512", "--user", f"{USER}:{PASSWORD}", "--progress", "off",
-    )  # fmt: skip
-    try:
-        assert started.returncode == 0, started.stderr
-        bootstrap = started.stdout.strip().splitlines()[-1]
-        assert len(bootstrap.split(",")) == 3
-        status = _cli(run_dir, "status", "--format", "json")
-        [cluster] = json.loads(status.stdout)
-        assert cluster["kind"] == "cluster" and cluster["bootstrap"] == bootstrap
-        assert str(cluster["id"]) in started.stderr and cluster["security"] == "sasl_ssl"
-        assert all(pid_alive(node["pid"]) for node in cluster["nodes"])
-        # A second start finds the running cluster.
-        again = _cli(run_dir, "start", "--version", KAFKA_39, "--brokers", "3", "--security", "sasl_ssl",
-                     "--user", f"{USER}:{PASSWORD}", "--progress", "off")  # fmt: skip
-        assert again.returncode == 0 and "already running" in again.stdout
+    with run_when_killed(stop_command(run_dir)):  # a killed test run stops the cluster too
+        started = _cli(
+            run_dir, "start", "--version", KAFKA_39, "--brokers", "3", "--security", "sasl_ssl",
+            "--sasl-mechanism", "SCRAM-SHA-512", "--user", f"{USER}:{PASSWORD}", "--progress", "off",
+        )  # fmt: skip
+        try:
+            assert started.returncode == 0, started.stderr
+            bootstrap = started.stdout.strip().splitlines()[-1]
+            assert len(bootstrap.split(",")) == 3
+            status = _cli(run_dir, "status", "--format", "json")
+            [cluster] = json.loads(status.stdout)
+            assert cluster["kind"] == "cluster" and cluster["bootstrap"] == bootstrap
+            assert str(cluster["id"]) in started.stderr and cluster["security"] == "sasl_ssl"
+            assert all(pid_alive(node["pid"]) for node in cluster["nodes"])
+            # A second start finds the running cluster.
+            again = _cli(run_dir, "start", "--version", KAFKA_39, "--brokers", "3", "--security", "sasl_ssl",
+                         "--user", f"{USER}:{PASSWORD}", "--progress", "off")  # fmt: skip
+            assert again.returncode == 0 and "already running" in again.stdout
 
-        # The librdkafka config it wrote logs in over TLS with SCRAM and sees all three brokers.
-        config_path = Path(cluster["librdkafka_config"])
-        settings = dict(line.split("=", 1) for line in config_path.read_text().splitlines())
-        assert settings["security.protocol"] == "sasl_ssl" and settings["sasl.username"] == USER
-        metadata = AdminClient({**settings, "bootstrap.servers": bootstrap}).list_topics(timeout=60)
-        assert sorted(metadata.brokers) == [1, 2, 3]
-        assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == set(bootstrap.split(","))
-        # A wrong password is refused by the broker (the listener really authenticates; librdkafka
-        # reports the failed login as a transport failure of the metadata request).
-        wrong = AdminClient({**settings, "sasl.password": "wrong", "bootstrap.servers": bootstrap})
-        with pytest.raises(KafkaException):
-            wrong.list_topics(timeout=15)
-        java = Path(cluster["client_config"]).read_text()
-        assert "security.protocol=SASL_SSL" in java and "ScramLoginModule" in java
-        assert (Path(cluster["directory"]) / "certs" / "proxy.pem").exists()
-        # `stop ID --node 3` crashes one node only (SIGKILL); the others keep serving.
-        killed = _cli(run_dir, "stop", str(cluster["id"]), "--node", "3")
-        assert killed.returncode == 0 and "killed node 3" in killed.stdout, killed.stderr
-        assert not pid_alive(cluster["nodes"][2]["pid"])
-        assert all(pid_alive(node["pid"]) for node in cluster["nodes"][:2])
-        assert _cli(run_dir, "stop", "--node", "4").returncode == 2
-    finally:
-        stopped = _cli(run_dir, "stop")
+            # The librdkafka config it wrote logs in over TLS with SCRAM and sees all three brokers.
+            config_path = Path(cluster["librdkafka_config"])
+            settings = dict(line.split("=", 1) for line in config_path.read_text().splitlines())
+            assert settings["security.protocol"] == "sasl_ssl" and settings["sasl.username"] == USER
+            metadata = AdminClient({**settings, "bootstrap.servers": bootstrap}).list_topics(timeout=60)
+            assert sorted(metadata.brokers) == [1, 2, 3]
+            assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == set(bootstrap.split(","))
+            # A wrong password is refused by the broker (the listener really authenticates; librdkafka
+            # reports the failed login as a transport failure of the metadata request).
+            wrong = AdminClient({**settings, "sasl.password": "wrong", "bootstrap.servers": bootstrap})
+            with pytest.raises(KafkaException):
+                wrong.list_topics(timeout=15)
+            java = Path(cluster["client_config"]).read_text()
+            assert "security.protocol=SASL_SSL" in java and "ScramLoginModule" in java
+            assert (Path(cluster["directory"]) / "certs" / "proxy.pem").exists()
+            # `stop ID --node 3` crashes one node only (SIGKILL); the others keep serving.
+            killed = _cli(run_dir, "stop", str(cluster["id"]), "--node", "3")
+            assert killed.returncode == 0 and "killed node 3" in killed.stdout, killed.stderr
+            assert not pid_alive(cluster["nodes"][2]["pid"])
+            assert all(pid_alive(node["pid"]) for node in cluster["nodes"][:2])
+            assert _cli(run_dir, "stop", "--node", "4").returncode == 2
+        finally:
+            stopped = _cli(run_dir, "stop")
     assert stopped.returncode == 0 and "cluster of 3 nodes" in stopped.stdout, stopped.stderr
     assert not any(pid_alive(node["pid"]) for node in cluster["nodes"])
     assert not list(run_dir.glob("cluster-*"))

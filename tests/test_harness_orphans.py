@@ -78,3 +78,35 @@ def test_sigkill_of_the_parent_still_ends_broker_and_consumer() -> None:
             if pid_alive(pid):
                 subprocess.run(["kill", "-9", str(pid)], check=False)
         shutil.rmtree(str(info["dir"]), ignore_errors=True)
+
+
+def test_a_killed_test_process_still_runs_the_detached_clusters_stop(tmp_path: Path) -> None:
+    """`broker start` detaches its brokers (no PR_SET_PDEATHSIG), so a SIGKILLed pytest left a
+    CLI-started cluster running; tests/support/detached.py's watchdog runs the stop command when
+    the process that set it up dies (here the command writes a file instead of stopping brokers)."""
+    marker = tmp_path / "stopped"
+    script = (
+        "import sys, time\n"
+        "from tests.support.detached import run_when_killed\n"
+        f"with run_when_killed(['touch', {str(marker)!r}]):\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    assert not marker.exists()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists()
+    # A block left normally ends the watchdog without running the command.
+    from tests.support.detached import run_when_killed
+
+    quiet = tmp_path / "not-run"
+    with run_when_killed(["touch", str(quiet)]):
+        pass
+    time.sleep(2)
+    assert not quiet.exists()

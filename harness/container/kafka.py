@@ -73,29 +73,35 @@ class ApacheKafkaContainer(DockerContainer):
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.get_exposed_port(BROKER_PORT)}"
 
-    def _server_properties(self) -> str:
-        settings = {
-            "process.roles": "broker,controller",
+    def listener_settings(self) -> dict[str, str]:
+        """One node: clients on the mapped port, its controller inside the container only."""
+        return {
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{CONTROLLER_PORT}",
             "listeners": f"PLAINTEXT://0.0.0.0:{BROKER_PORT},CONTROLLER://127.0.0.1:{CONTROLLER_PORT}",
             "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
-            "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        }
+
+    def _server_properties(self) -> str:
+        settings = {
+            "process.roles": "broker,controller",
+            "controller.listener.names": "CONTROLLER",
             "log.dirs": "/var/lib/kafka/data",
+            **self.listener_settings(),
             **TEST_SETTINGS,
             **self.coordinator_settings,
         }
         return "".join(f"{k}={v}\n" for k, v in settings.items())
 
-    def _start_script(self) -> str:
+    def _start_script(self, cluster: str | None = None) -> str:
         if self.line.log_binding is LogBinding.RELOAD4J:
             log_flag = "-Dlog4j.configuration=file:/tc/log4j.properties"
         else:
             log_flag = "-Dlog4j2.configurationFile=/tc/log4j2.properties"
         opts = f"-Xmx{self.heap_mb}m -Xms64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 {log_flag}"
-        cluster = cluster_id()
+        cluster = cluster or cluster_id()
         return (
             "set -e\n"
             f"java {opts} -cp '/opt/kafka/libs/*' kafka.tools.StorageTool format "
@@ -105,6 +111,13 @@ class ApacheKafkaContainer(DockerContainer):
 
     def start(self, ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS) -> ApacheKafkaContainer:
         super().start()
+        self.begin()
+        self.wait_ready(ready_timeout_ms)
+        return self
+
+    def begin(self, cluster: str | None = None) -> None:
+        """Write the config and the start script the started container waits for (the mapped
+        port, and for a cluster the other nodes' addresses, are known only now)."""
         wrapped = self.get_wrapped_container()
         config = {
             "tc/server.properties": self._server_properties(),
@@ -112,9 +125,7 @@ class ApacheKafkaContainer(DockerContainer):
             "tc/log4j2.properties": _LOG4J2,
         }
         wrapped.put_archive("/", _tar(config))
-        wrapped.put_archive("/", _tar({WAIT_FOR_START.lstrip("/"): self._start_script()}))
-        self._wait_ready(ready_timeout_ms)
-        return self
+        wrapped.put_archive("/", _tar({WAIT_FOR_START.lstrip("/"): self._start_script(cluster)}))
 
     def logs_tail(self, lines: int = 40) -> str:
         try:
@@ -124,7 +135,7 @@ class ApacheKafkaContainer(DockerContainer):
         text = (stdout or b"").decode(errors="replace") + (stderr or b"").decode(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
-    def _wait_ready(self, timeout_ms: int) -> None:
+    def wait_ready(self, timeout_ms: int) -> None:
         host, port = "127.0.0.1", int(self.get_exposed_port(BROKER_PORT))
 
         def check_alive() -> None:

@@ -25,6 +25,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ _LENGTH = struct.Struct("<I")
 _CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
 _ACK = struct.Struct("<cq")  # b"W" + payload bytes written so far; b"E" + length of an error text
 _BATCH_ITEMS = 4096
+_GATHER_S = 0.002
 _BATCH_BYTES = 1 << 20
 _PIPE_BYTES = 1 << 20
 
@@ -164,9 +166,18 @@ class CaptureWriter:
         stdin = self._process.stdin
         assert stdin is not None
         stop = False
+        drained = False
         while not stop:
             batch: list[tuple[Any, ...]] = []
             size = 0
+            if drained:
+                # The queue was empty after the last batch: gather for a moment instead of waking
+                # on the next put. A put that finds this thread blocked in get() wakes it (a
+                # thread switch and a GIL hand-off on the event loop's side), which on traffic of
+                # one frame per read cost about as much as relaying the frame; the capture lags
+                # the relay by at most _GATHER_S more.
+                time.sleep(_GATHER_S)
+            drained = False
             item = get()
             while True:
                 if item is None:
@@ -186,6 +197,7 @@ class CaptureWriter:
                 try:
                     item = get_nowait()
                 except queue.Empty:
+                    drained = True
                     break
             if not batch or self._dead:
                 continue
