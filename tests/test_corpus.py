@@ -4,7 +4,8 @@ Kafka brokers (`python -m tests.support.corpus record`). No broker is needed her
 - the manifest lists every file, with the checksum of the bytes in the repository;
 - every capture reads cleanly (`group-replay capture show`, each RPC decoded);
 - an as-recorded replay against the reference coordinator reproduces the recorded rebalances
-  (issue 17's done-when), and the manifest's count is what the capture says;
+  (issue 17's done-when), and the manifest's count is what the capture says; a KIP-848 or
+  migration capture's replay tells the recorded story event for event;
 - the validator compares every capture's recorded run with its reference replay in one Spark job.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from group_replay import main as group_replay
-from proxy.capture.reader import read_capture
+from proxy.capture.reader import Capture, read_capture
 from replay.events import EventName, RebalanceEvent
 from replay.plan import ReplayInputError, build_plan, recorded_events
 from replay.run import replay_reference
@@ -25,7 +26,7 @@ from tests.support.corpus import CORPUS_DIR, MANIFEST, Entry, capture_files, loa
 ENTRIES = load_manifest()
 IDS = [Path(e.file).stem for e in ENTRIES]
 CLASSIC = [e for e in ENTRIES if e.protocol == "classic"]
-CONSUMER = [e for e in ENTRIES if e.protocol == "consumer"]
+CONSUMER = [e for e in ENTRIES if e.protocol != "classic"]  # KIP-848 members: consumer or mixed
 
 
 def rebalances(events: list[RebalanceEvent] | tuple[RebalanceEvent, ...]) -> int:
@@ -50,9 +51,10 @@ def test_the_manifest_describes_the_matrix() -> None:
     for entry in ENTRIES:
         assert entry.client and entry.client_version and entry.scenario and entry.members > 0
         assert Path(entry.file).name.startswith(f"kafka-{entry.broker}--{entry.client}--{entry.story}")
-        assert entry.protocol in ("classic", "consumer")
-        # the CI job replays the top directory: every classic capture, no consumer-protocol one
-        assert ("/" in entry.file) == (entry.protocol == "consumer")
+        # the CI job replays the top directory: every classic capture; KIP-848 and migration
+        # captures (consumer, mixed) sit in consumer-protocol/
+        assert entry.protocol in ("classic", "consumer", "mixed")
+        assert ("/" in entry.file) == (entry.protocol != "classic")
     assert {e.broker for e in ENTRIES} >= {"3.9.2", "4.3.1"}
     assert {e.story for e in ENTRIES} >= {"static-bounce", "dynamic-rolling", "mixed"}
     assert len({e.client for e in ENTRIES}) >= 4
@@ -72,10 +74,12 @@ def test_capture_reads_cleanly(entry: Entry, capsys: pytest.CaptureFixture[str])
     group_apis = {"JoinGroup", "SyncGroup", "Heartbeat"}
     if entry.protocol == "consumer":
         group_apis = {"ConsumerGroupHeartbeat"}
+    elif entry.protocol == "mixed":
+        group_apis |= {"ConsumerGroupHeartbeat"}
     assert {r["api"] for r in rows} >= group_apis
 
 
-@pytest.mark.parametrize("entry", CLASSIC, ids=[Path(e.file).stem for e in CLASSIC])
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_as_recorded_replay_reproduces_the_recorded_rebalances(entry: Entry) -> None:
     plan = build_plan(read_capture(CORPUS_DIR / entry.file), Path(entry.file).stem)
     recorded = recorded_events(plan)
@@ -86,15 +90,28 @@ def test_as_recorded_replay_reproduces_the_recorded_rebalances(entry: Entry) -> 
     assert {e.member_key for e in replayed} == {s.member_key for s in plan.scripts}
 
 
+def _story(events: tuple[RebalanceEvent, ...] | list[RebalanceEvent]) -> list[tuple[object, ...]]:
+    """What a run says happened, in order, without what is volatile (member ids)."""
+    return [
+        (e.ts_ms, e.event, e.member_key, e.member_epoch, e.assignment, e.error_code, e.protocol, e.group_type)
+        for e in events
+    ]
+
+
 @pytest.mark.parametrize("entry", CONSUMER, ids=[Path(e.file).stem for e in CONSUMER])
-def test_a_consumer_protocol_capture_is_refused_by_replay_with_a_reason(
-    entry: Entry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Replay drives classic members only: a KIP-848 capture is an input error naming why (the
-    CLI exits 2), not a traceback and not an empty pass. Its epochs are in the manifest."""
-    assert entry.recorded_rebalances >= 2 and entry.members >= 3  # formed, and b came back
-    path = CORPUS_DIR / entry.file
-    with pytest.raises(ReplayInputError, match="KIP-848 consumer-protocol group"):
-        build_plan(read_capture(path), path.stem)
-    assert group_replay(["replay", str(path), "--out", str(tmp_path), "--progress", "off"]) == 2
-    assert "KIP-848" in capsys.readouterr().err
+def test_a_consumer_protocol_capture_replays_event_for_event(entry: Entry) -> None:
+    """KIP-848 members replayed as recorded against the reference (their recorded member ids and
+    heartbeat times, epochs from the reference's answers) tell the recorded story row for row: the
+    same joins, epochs, partitions revoked and received, leaves, at the same milliseconds."""
+    plan = build_plan(read_capture(CORPUS_DIR / entry.file), Path(entry.file).stem)
+    assert plan.uses_consumer_protocol
+    recorded = recorded_events(plan)
+    assert {e.event for e in recorded} >= {"member_joined", "assignment_received", "member_left"}
+    assert all(e.protocol == "consumer" for e in recorded if e.event != "group_converted")
+    assert _story(replay_reference(plan).events) == _story(recorded)
+
+
+def test_a_capture_without_group_members_is_refused_with_a_reason() -> None:
+    """The input error replay gives (exit 2) when a capture has nothing to replay."""
+    with pytest.raises(ReplayInputError, match="no group requests"):
+        build_plan(Capture(header={}, frames=[], damage=None), "empty")
