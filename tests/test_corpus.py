@@ -22,6 +22,7 @@ from replay.events import EventName, RebalanceEvent
 from replay.plan import ReplayInputError, build_plan, recorded_events
 from replay.run import replay_reference
 from tests.support.corpus import CORPUS_DIR, MANIFEST, Entry, capture_files, load_manifest, sha256_of
+from tests.support.migration_story import event_story
 
 ENTRIES = load_manifest()
 IDS = [Path(e.file).stem for e in ENTRIES]
@@ -90,25 +91,26 @@ def test_as_recorded_replay_reproduces_the_recorded_rebalances(entry: Entry) -> 
     assert {e.member_key for e in replayed} == {s.member_key for s in plan.scripts}
 
 
-def _story(events: tuple[RebalanceEvent, ...] | list[RebalanceEvent]) -> list[tuple[object, ...]]:
-    """What a run says happened, in order, without what is volatile (member ids)."""
-    return [
-        (e.ts_ms, e.event, e.member_key, e.member_epoch, e.assignment, e.error_code, e.protocol, e.group_type)
-        for e in events
-    ]
-
-
 @pytest.mark.parametrize("entry", CONSUMER, ids=[Path(e.file).stem for e in CONSUMER])
-def test_a_consumer_protocol_capture_replays_event_for_event(entry: Entry) -> None:
-    """KIP-848 members replayed as recorded against the reference (their recorded member ids and
-    heartbeat times, epochs from the reference's answers) tell the recorded story row for row: the
-    same joins, epochs, partitions revoked and received, leaves, at the same milliseconds."""
+def test_a_kip848_or_migration_capture_replays_event_for_event(entry: Entry) -> None:
+    """KIP-848 members (and members rolled from classic to the consumer protocol) replayed as
+    recorded against the reference, each session in its recorded protocol with its recorded
+    member id and heartbeat times and the reference's epochs, tell the recorded story event for
+    event: the same joins, generations and epochs, partitions revoked and received, conversion
+    and leaves, member by member; consumer-protocol rows at the same milliseconds."""
     plan = build_plan(read_capture(CORPUS_DIR / entry.file), Path(entry.file).stem)
     assert plan.uses_consumer_protocol
     recorded = recorded_events(plan)
     assert {e.event for e in recorded} >= {"member_joined", "assignment_received", "member_left"}
-    assert all(e.protocol == "consumer" for e in recorded if e.event != "group_converted")
-    assert _story(replay_reference(plan).events) == _story(recorded)
+    replayed = replay_reference(plan).events
+    assert event_story(replayed) == event_story(recorded)
+    consumer_rows = [(e.ts_ms, e.event, e.member_key) for e in recorded if e.protocol == "consumer"]
+    assert consumer_rows == [(e.ts_ms, e.event, e.member_key) for e in replayed if e.protocol == "consumer"]
+    if entry.protocol == "mixed":  # a migration: converted once, static `a` spoke both protocols
+        converted = [e.detail for e in replayed if e.event == "group_converted"]
+        assert converted == ["classic -> consumer"]
+        both = [s.member_key for s in plan.scripts if len(s.protocols) == 2]
+        assert both == [e.member_key for e in replayed if e.event == "group_converted"]
 
 
 def test_a_capture_without_group_members_is_refused_with_a_reason() -> None:

@@ -7,8 +7,9 @@ switches them one by one to `group.protocol=consumer` (KIP-848): `a` comes back 
 group.instance.id (a consumer-protocol member may take a classic static member's identity over,
 GroupMetadataManager.getOrMaybeSubscribeStaticConsumerGroupMember), `b` and `c` leave (LeaveGroup)
 and come back as new members. Each step waits until the group has settled: every partition owned
-by exactly one member, every member owning one, nothing changing for 1.5 s. The first consumer-protocol join converts the
-classic group online (group.consumer.migration.policy, bidirectional by default in 4.x).
+by exactly one member, every member owning one, nothing changing for 1.5 s. The first
+consumer-protocol join converts the classic group online (group.consumer.migration.policy,
+bidirectional by default in 4.x).
 
 The consumer-protocol clients are tests/java/ConsumerProtocolMember.java (kafka-clients 4.3.1,
 javac'd once per source into the harness cache) and `CONFLUENT_CONSUMER_PROTOCOL` below. Used by
@@ -27,10 +28,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from demo.clients import ClientKind, ConsumerSpec, command_for
 from harness import paths
@@ -247,4 +249,29 @@ def run_migration_story(bootstrap: str, group: str, topic: str) -> list[str]:
     return steps
 
 
-__all__ = ["MEMBERS", "SCENARIO_TEXT", "StoryMember", "run_migration_story", "start_member", "wait_settled"]
+def event_story(events: Iterable[Any]) -> dict[str, list[tuple[object, ...]]]:
+    """What a run says happened to each member, in order, without what is volatile (member ids,
+    and when a classic answer arrived); and the generations (epochs) the group went through.
+    Which member a classic rebalance is attributed to is left out: the recorded run sees the
+    JoinGroups in the order they were sent, a replay in the order they were answered."""
+    story: dict[str, list[tuple[object, ...]]] = {"(group)": []}
+    for e in events:
+        if e.event == "rebalance_started":
+            story["(group)"].append((e.generation_id, e.protocol, e.group_type))
+            continue
+        story.setdefault(e.member_key, []).append(
+            (e.event, e.generation_id, e.member_epoch, e.assignment, e.error_code, e.protocol, e.group_type)
+        )
+    return story
+
+
+__all__ = [
+    "MEMBERS",
+    "PARTITIONS",
+    "SCENARIO_TEXT",
+    "StoryMember",
+    "event_story",
+    "run_migration_story",
+    "start_member",
+    "wait_settled",
+]
