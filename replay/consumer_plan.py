@@ -6,18 +6,20 @@ A recorded ConsumerGroupHeartbeat (API 68) member is planned like a classic one 
 - its identity: a connection belongs to the member whose first joining heartbeat (member epoch 0)
   it carried, or, when its first heartbeat is a later one (the client reconnected), to the member
   that used the same member id; since KIP-1082 (Kafka 4.0, ConsumerGroupHeartbeat v1) the client
-  generates its member id once per process (ConsumerMembershipManager's `memberId`,
-  Uuid.randomUuid), so a member id names one process;
+  generates its member id once per process (AbstractMembershipManager.memberId(): "generated at
+  startup and remains unchanged for the entire lifetime of the process"), so a member id names
+  one process;
 - each session's member id as recorded: an as-recorded replay sends it again, so the coordinator
   iterates its members in the recorded hash order (GroupMetadataManager keeps them in a
   TimelineHashMap; the uniform assignor walks a HashMap of member ids);
 - the topic names of the recorded topic ids (Metadata v10+ answers), so the recorded run names
   assigned partitions as the replayed runs do, and the reference uses the recorded ids;
 - answers from a broker that was not the group's coordinator then (NOT_COORDINATOR,
-  COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: GroupCoordinatorService answers them
-  before any group handler runs, while the __consumer_offsets partition is elsewhere or loading)
-  are left out of the plan: the group never saw those requests, and the reference is the
-  coordinator from the first request on;
+  COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: the coordinator runtime answers them
+  - CoordinatorRuntime.scheduleWriteOperation, called by GroupCoordinatorService.
+  consumerGroupHeartbeat - before GroupMetadataManager.consumerGroupHeartbeat runs, while the
+  __consumer_offsets partition is elsewhere or loading) are left out of the plan: the group never
+  saw those requests, and the reference is the coordinator from the first request on;
 - a classic JoinGroup template for a member that only spoke the consumer protocol, so a scenario
   can switch it to classic (what the Java consumer with `group.protocol=classic` sends: JoinGroup
   v9, session.timeout.ms 45000, the range and cooperative-sticky assignors, ConsumerConfig's

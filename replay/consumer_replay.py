@@ -4,9 +4,10 @@
 does; this subclass plays one recorded member (a `plan.MemberScript` whose sessions spoke
 ConsumerGroupHeartbeat) as the recording says where the protocol leaves the client a choice:
 
-- its member id: since KIP-1082 (Kafka 4.0, ConsumerGroupHeartbeat v1) the client generates it,
-  once per process (ConsumerMembershipManager: `memberId = Uuid.randomUuid().toString()`), so a
-  replayed process sends the id its recorded session used. Kafka's coordinator keeps members in a
+- its member id: since KIP-1082 (Kafka 4.0, ConsumerGroupHeartbeat v1) the client generates it
+  (AbstractMembershipManager.memberId(), ConsumerMembershipManager's base: "generated at startup
+  and remains unchanged for the entire lifetime of the process"), so a replayed process sends
+  the id its recorded session used. Kafka's coordinator keeps members in a
   hash map keyed by that id (GroupMetadataManager.consumerGroupHeartbeat ->
   ConsumerGroup.getOrMaybeCreateMember) and the uniform assignor walks them in its order, so the
   recorded id is what makes the reference assign as the recorded broker did. Epochs stay live:
