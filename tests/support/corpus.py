@@ -259,8 +259,8 @@ consumer.close()
 
 def record_consumer_protocol(out: Path) -> dict[str, dict[str, str]]:
     """One KIP-848 group (confluent-kafka, group.protocol=consumer) against Kafka 4.3.1, kept in
-    `consumer-protocol/` beside the classic captures: replay drives classic members only, so the
-    CI job's `*.pcapng` does not pick it up. Timed phases (librdkafka reports KIP-848 assignments
+    `consumer-protocol/` beside the classic captures: the CI job's `*.pcapng` replays the classic
+    ones under built-in scenarios written for them. Timed phases (librdkafka reports KIP-848 assignments
     incrementally, so there is no whole assignment to wait for)."""
     from harness.admin import create_topic
     from harness.broker import start_broker
