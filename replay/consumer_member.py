@@ -262,13 +262,18 @@ class ConsumerMember:
             if self._sent_owned == self.owned:
                 return (self._wake_at(now_ms + self.heartbeat_interval_ms),)
             self.consumer_state = ConsumerState.ACKNOWLEDGING
-            return (self._heartbeat(),)
+            return (self._acknowledge(now_ms),)
         # RECONCILING: onPartitionsRevoked for what the target drops, then onPartitionsAssigned
         # for what it adds; both callbacks take no time here, so the member goes straight on
         self.consumer_state = ConsumerState.RECONCILING
         self.owned = dict(target)
         self.consumer_state = ConsumerState.ACKNOWLEDGING
-        return (self._heartbeat(),)
+        return (self._acknowledge(now_ms),)
+
+    def _acknowledge(self, now_ms: int) -> Command:
+        """The heartbeat that acknowledges a reconciliation: at once (ACKNOWLEDGING makes
+        HeartbeatRequestManager send without waiting for the interval)."""
+        return self._heartbeat()
 
     def _on_error(self, now_ms: int, code: int) -> Commands:
         self._full = True  # resetHeartbeatState

@@ -333,6 +333,12 @@ class LiveRunner(Runner):
         self.pace = BrokerTimerPace() if paced and speed > 1 else None
         self._lookahead_ms = max((s.script.heartbeat_interval_ms for s in self.seats), default=0)
 
+    @property
+    def kip848(self) -> bool:
+        """Consumer-protocol members: the scenario's, or the capture's own (a KIP-848 or
+        migration capture replayed as recorded)."""
+        return self.scenario.uses_consumer_protocol or self.plan.uses_consumer_protocol
+
     # -- what the pace needs to know ----------------------------------------------------------
     def at(self, when_ms: int, action: Callable[[int, Any], None], arg: Any = None) -> None:
         super().at(when_ms, action, arg)
@@ -387,7 +393,7 @@ class LiveRunner(Runner):
         about that version (e.g. KIP-814 needs v9), so a broker without it cannot run it."""
         # KIP-848 is generally available from Kafka 4.0, whose ConsumerGroupHeartbeat is v1
         # (KIP-1082); 3.x advertises v0 of an early access it may not serve (3.9: connection closed)
-        if self.scenario.uses_consumer_protocol and ranges.get(CONSUMER_GROUP_HEARTBEAT, (0, -1))[1] < 1:
+        if self.kip848 and ranges.get(CONSUMER_GROUP_HEARTBEAT, (0, -1))[1] < 1:
             raise UnsupportedByTarget(
                 f"scenario {self.scenario.name} has consumer-protocol (KIP-848) members; the broker "
                 "serves no ConsumerGroupHeartbeat v1 (Kafka 4.0+)"
@@ -418,7 +424,7 @@ class LiveRunner(Runner):
         transport = TcpTransport(self, host, port, wake)
         self.transport = transport
         self.check_scenario_versions(ranges)
-        if self.scenario.uses_consumer_protocol:
+        if self.kip848:
             topics = {t: n for seat in self.seats for t, n in seat.topics.items()}
             self.observer.topic_names.update(await ensure_topics(host, port, topics, ranges))
         self.clamp_versions(ranges)  # what the recorded clients would have negotiated

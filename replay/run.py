@@ -61,7 +61,7 @@ from replay.scenario import (
     Scenario,
     Sessions,
 )
-from replay.seats import Seat, apply_settings, closes_with_leave, new_member
+from replay.seats import Seat, apply_settings, closes_with_leave, new_seat, to_recorded_protocol
 
 MAX_ROLLING_SPAN_MS = 6 * 3_600_000
 """Longest rolling bounce a run carries out (members x rolling.interval_ms): the per-value bounds of
@@ -120,7 +120,7 @@ class Runner:
         self._connections = 0
         self.rpcs = 0
         self._fault_budget = [f.count for f in scenario.faults]
-        self.seats = [Seat(s, new_member(s, t), t) for s in plan.scripts for t in [_topics(plan, s.group_id)]]
+        self.seats = [new_seat(s, _topics(plan, s.group_id)) for s in plan.scripts]
         self.bounced: list[str] = []  # member_key of each rolling bounce, in order (the steps)
         self.window_start_ms = 0
         self._order: list[Seat] = []
@@ -171,8 +171,10 @@ class Runner:
         self.stop(now_ms, (seat, closes_with_leave(seat.member, left)))
 
     def restart(self, now_ms: int, seat: Seat) -> None:
-        """A recorded reconnect: the process restarted (a static member sends no LeaveGroup)."""
+        """A recorded reconnect: the process restarted (a static member sends no LeaveGroup),
+        speaking the protocol its recorded session spoke (a migration's restarts)."""
         self.close(now_ms, (seat, False))
+        to_recorded_protocol(seat, now_ms)
         self.start(now_ms, seat)
 
     # -- requests through faults to the transport ---------------------------------------------
@@ -343,11 +345,13 @@ class Runner:
 def _uneventful(send: Send, response: Any) -> bool:
     """A successful heartbeat the observer derives nothing from (replay.observe): a classic
     Heartbeat (`deliver` checks that one inline, the hot path), or a KIP-848 one answered with
-    the same epoch and no assignment."""
+    the same epoch and no assignment (a leave, epoch -1 / -2, is answered with its own epoch and is
+    a `member_left`)."""
     return send.api_key == HEARTBEAT or (
         send.api_key == CONSUMER_HEARTBEAT
         and response.assignment is None
         and response.member_epoch == send.request.member_epoch
+        and response.member_epoch >= 0
     )
 
 
@@ -465,6 +469,7 @@ def configure_consumer_groups(coordinator: GroupCoordinator, runner: Runner) -> 
     observer names consumer-protocol assignments."""
     consumer = coordinator.consumer
     consumer.coordinator.config = runner.scenario.broker.consumer_config()
+    consumer.coordinator.topic_id_overrides.update(runner.plan.topic_ids)  # the recorded topic ids
     topics = {topic: count for seat in runner.seats for topic, count in seat.topics.items()}
     consumer.use_topics(topics)
     runner.observer.topic_names.update({consumer.coordinator.topic_id(t): t for t in topics})
@@ -515,7 +520,7 @@ def replay_reference(
     broker's group settings (capture header; Kafka's defaults where unknown) unless `config`."""
     if config is None:
         config = group_settings(plan.group_settings).coordinator_config()
-    if scenario.uses_consumer_protocol or scenario.broker.build is not None:
+    if scenario.uses_consumer_protocol or scenario.broker.build is not None or plan.uses_consumer_protocol:
         # KIP-848 runs on the new group coordinator only (Kafka 4.x)
         config = dataclasses.replace(config, kafka_behaviour=KafkaBehaviour.NEW_COORDINATOR)
     changed = scenario.members or scenario.rolling or scenario.faults or scenario.coordinator_restarts

@@ -7,6 +7,12 @@ member at a time: `ClassicMember` (JoinGroup/SyncGroup/Heartbeat) or, when a sce
 (member_key, client id, group.instance.id), its subscription (the topics of its recorded
 JoinGroup), its rebalance timeout (max.poll.interval.ms) and its recorded sessions; its
 incarnation count carries over, so answers to the member it replaced are ignored.
+
+A recorded member that itself spoke the consumer protocol (a capture of a KIP-848 group, or of a
+migration: members restarted with `group.protocol=consumer`) starts with the protocol of its
+first recorded session (`new_seat`) and takes each later session's protocol at that recorded
+restart (`to_recorded_protocol`), unless the scenario set its protocol; its consumer-protocol
+processes are `replay.consumer_replay.RecordedConsumerMember`s (recorded member ids and times).
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from proxy.membership import render_instance_id
 from proxy.wire import CodecError
 from proxy.wire.consumer_protocol import decode_subscription
 from replay.consumer_member import CONSUMER_HEARTBEAT, NEWEST_CONSUMER_HEARTBEAT, ConsumerMember
+from replay.consumer_replay import RecordedConsumerMember, recorded_ids
 from replay.member import JOIN, ClassicMember, GroupMember, JoinSettings, MemberState, companion_versions
 from replay.migration import GroupProtocol
-from replay.plan import MemberScript
+from replay.plan import MemberScript, Session
 from replay.scenario import MemberSettings, Membership, VersionRule
 
 
@@ -34,6 +41,7 @@ class Seat:
     server_assignor: str | None = None  # what it asks for once it speaks the consumer protocol
     assignors: tuple[str, ...] | None = None  # a classic member's strategy (None: as recorded)
     assignor_user_data: bytes | None = None  # a custom classic assignor's assignment userData
+    protocol_set: bool = False  # the scenario chose its protocol (recorded restarts keep it)
 
     @property
     def protocol(self) -> GroupProtocol:
@@ -69,18 +77,61 @@ def subscription(script: MemberScript) -> tuple[str, ...]:
 
 
 def new_consumer_member(script: MemberScript, instance_id: str | None, incarnation: int) -> ConsumerMember:
+    """The member's consumer-protocol process: as recorded (`RecordedConsumerMember`: its
+    heartbeat's rebalance timeout, server assignor, API version, member ids and times) when the
+    recording has it speaking ConsumerGroupHeartbeat, else synthesized from its JoinGroup."""
     join = JoinSettings.from_request(script.join_template)
-    return ConsumerMember(
+    template = script.heartbeat_template
+    if template is None:
+        return ConsumerMember(
+            script.member_key,
+            script.client_id,
+            script.group_id,
+            subscription(script),
+            instance_id=instance_id,
+            rebalance_timeout_ms=join.rebalance_timeout_ms,
+            api_versions={CONSUMER_HEARTBEAT: NEWEST_CONSUMER_HEARTBEAT},
+            incarnation=incarnation,
+            client_software=script.client_software,
+        )
+    rebalance_timeout_ms = int(template.rebalance_timeout.total_seconds() * 1000)
+    return RecordedConsumerMember(
         script.member_key,
         script.client_id,
         script.group_id,
-        subscription(script),
+        tuple(template.subscribed_topic_names or ()) or subscription(script),
         instance_id=instance_id,
-        rebalance_timeout_ms=join.rebalance_timeout_ms,
-        api_versions={CONSUMER_HEARTBEAT: NEWEST_CONSUMER_HEARTBEAT},
+        rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms > 0 else join.rebalance_timeout_ms,
+        server_assignor=template.server_assignor,
+        api_versions={
+            CONSUMER_HEARTBEAT: script.api_versions.get(CONSUMER_HEARTBEAT, NEWEST_CONSUMER_HEARTBEAT)
+        },
         incarnation=incarnation,
         client_software=script.client_software,
+        recorded_ids=recorded_ids(script),
+        heartbeat_times_ms=script.consumer_heartbeat_times_ms,
     )
+
+
+def new_seat(script: MemberScript, topics: dict[str, int]) -> Seat:
+    """A recorded member's seat, playing the protocol of its first recorded session."""
+    seat = Seat(script, new_member(script, topics), topics)
+    switch_protocol(seat, script.sessions[0].protocol)
+    return seat
+
+
+def to_recorded_protocol(seat: Seat, now_ms: int) -> None:
+    """At a recorded restart (the process is stopped): the protocol of the recorded session that
+    starts then, unless the scenario chose the member's protocol."""
+    if seat.protocol_set or seat.member.state not in (MemberState.UNJOINED, MemberState.FATAL):
+        return
+    session: Session | None = None
+    for recorded in seat.script.sessions:
+        if recorded.start_ms > now_ms:
+            break
+        session = recorded
+    if session is not None:
+        switch_protocol(seat, session.protocol)
 
 
 def switch_protocol(seat: Seat, protocol: GroupProtocol) -> None:
@@ -92,7 +143,7 @@ def switch_protocol(seat: Seat, protocol: GroupProtocol) -> None:
         return
     if protocol is GroupProtocol.CONSUMER:
         consumer = new_consumer_member(seat.script, member.instance_id, member.incarnation)
-        consumer.server_assignor = seat.server_assignor
+        consumer.server_assignor = seat.server_assignor or consumer.server_assignor
         seat.member = consumer
         return
     classic = new_member(seat.script, seat.topics)
@@ -127,6 +178,7 @@ def apply_settings(seat: Seat, settings: MemberSettings, broker_caps: tuple[Vers
         if isinstance(seat.member, ConsumerMember):
             seat.member.server_assignor = settings.server_assignor
     if settings.protocol is not None:
+        seat.protocol_set = True
         switch_protocol(seat, settings.protocol)
     _apply_membership(seat, settings)
     _apply_versions(seat.member.api_versions, settings.api_versions, broker_caps)
@@ -182,6 +234,8 @@ __all__ = [
     "instance_id",
     "new_consumer_member",
     "new_member",
+    "new_seat",
     "subscription",
     "switch_protocol",
+    "to_recorded_protocol",
 ]

@@ -49,13 +49,18 @@ CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
 
 
 def test_show_counts_each_groups_members_by_protocol(capsys: pytest.CaptureFixture[str]) -> None:
-    """A recorded consumer-protocol group and a classic one, each told by the APIs its members spoke."""
-    consumer = next((CORPUS / "consumer-protocol").glob("*.pcapng"))
+    """A recorded consumer-protocol group, a classic one and a migration (members restarted with
+    group.protocol=consumer), each told by the APIs its members spoke."""
+    consumer = CORPUS / "consumer-protocol" / "kafka-4.3.1--confluent--consumer-protocol-restart.pcapng"
     assert main(["capture", "show", str(consumer)]) == 0
     out = capsys.readouterr().out
     assert "group confluent-consumer-protocol: 4 consumer protocol members" in out
     assert main(["capture", "show", str(CORPUS / "kafka-3.9.2--confluent--mixed.pcapng")]) == 0
     assert "group confluent-mixed: 4 classic protocol members" in capsys.readouterr().out
+    migration = next((CORPUS / "consumer-protocol").glob("*classic-to-consumer-rolling-upgrade.pcapng"))
+    assert main(["capture", "show", str(migration)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "group migration-rolling-upgrade: 3 classic and 3 consumer protocol members; 1 spoke both" in shown
 
 
 def test_a_member_seen_in_both_protocols_switched() -> None:

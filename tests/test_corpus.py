@@ -4,7 +4,8 @@ Kafka brokers (`python -m tests.support.corpus record`). No broker is needed her
 - the manifest lists every file, with the checksum of the bytes in the repository;
 - every capture reads cleanly (`group-replay capture show`, each RPC decoded);
 - an as-recorded replay against the reference coordinator reproduces the recorded rebalances
-  (issue 17's done-when), and the manifest's count is what the capture says;
+  (issue 17's done-when), and the manifest's count is what the capture says; a KIP-848 or
+  migration capture's replay tells the recorded story event for event;
 - the validator compares every capture's recorded run with its reference replay in one Spark job.
 """
 
@@ -16,16 +17,17 @@ from pathlib import Path
 import pytest
 
 from group_replay import main as group_replay
-from proxy.capture.reader import read_capture
+from proxy.capture.reader import Capture, read_capture
 from replay.events import EventName, RebalanceEvent
 from replay.plan import ReplayInputError, build_plan, recorded_events
 from replay.run import replay_reference
 from tests.support.corpus import CORPUS_DIR, MANIFEST, Entry, capture_files, load_manifest, sha256_of
+from tests.support.migration_story import event_story
 
 ENTRIES = load_manifest()
 IDS = [Path(e.file).stem for e in ENTRIES]
 CLASSIC = [e for e in ENTRIES if e.protocol == "classic"]
-CONSUMER = [e for e in ENTRIES if e.protocol == "consumer"]
+CONSUMER = [e for e in ENTRIES if e.protocol != "classic"]  # KIP-848 members: consumer or mixed
 
 
 def rebalances(events: list[RebalanceEvent] | tuple[RebalanceEvent, ...]) -> int:
@@ -50,9 +52,10 @@ def test_the_manifest_describes_the_matrix() -> None:
     for entry in ENTRIES:
         assert entry.client and entry.client_version and entry.scenario and entry.members > 0
         assert Path(entry.file).name.startswith(f"kafka-{entry.broker}--{entry.client}--{entry.story}")
-        assert entry.protocol in ("classic", "consumer")
-        # the CI job replays the top directory: every classic capture, no consumer-protocol one
-        assert ("/" in entry.file) == (entry.protocol == "consumer")
+        # the CI job replays the top directory: every classic capture; KIP-848 and migration
+        # captures (consumer, mixed) sit in consumer-protocol/
+        assert entry.protocol in ("classic", "consumer", "mixed")
+        assert ("/" in entry.file) == (entry.protocol != "classic")
     assert {e.broker for e in ENTRIES} >= {"3.9.2", "4.3.1"}
     assert {e.story for e in ENTRIES} >= {"static-bounce", "dynamic-rolling", "mixed"}
     assert len({e.client for e in ENTRIES}) >= 4
@@ -72,10 +75,12 @@ def test_capture_reads_cleanly(entry: Entry, capsys: pytest.CaptureFixture[str])
     group_apis = {"JoinGroup", "SyncGroup", "Heartbeat"}
     if entry.protocol == "consumer":
         group_apis = {"ConsumerGroupHeartbeat"}
+    elif entry.protocol == "mixed":
+        group_apis |= {"ConsumerGroupHeartbeat"}
     assert {r["api"] for r in rows} >= group_apis
 
 
-@pytest.mark.parametrize("entry", CLASSIC, ids=[Path(e.file).stem for e in CLASSIC])
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_as_recorded_replay_reproduces_the_recorded_rebalances(entry: Entry) -> None:
     plan = build_plan(read_capture(CORPUS_DIR / entry.file), Path(entry.file).stem)
     recorded = recorded_events(plan)
@@ -87,14 +92,28 @@ def test_as_recorded_replay_reproduces_the_recorded_rebalances(entry: Entry) -> 
 
 
 @pytest.mark.parametrize("entry", CONSUMER, ids=[Path(e.file).stem for e in CONSUMER])
-def test_a_consumer_protocol_capture_is_refused_by_replay_with_a_reason(
-    entry: Entry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Replay drives classic members only: a KIP-848 capture is an input error naming why (the
-    CLI exits 2), not a traceback and not an empty pass. Its epochs are in the manifest."""
-    assert entry.recorded_rebalances >= 2 and entry.members >= 3  # formed, and b came back
-    path = CORPUS_DIR / entry.file
-    with pytest.raises(ReplayInputError, match="KIP-848 consumer-protocol group"):
-        build_plan(read_capture(path), path.stem)
-    assert group_replay(["replay", str(path), "--out", str(tmp_path), "--progress", "off"]) == 2
-    assert "KIP-848" in capsys.readouterr().err
+def test_a_kip848_or_migration_capture_replays_event_for_event(entry: Entry) -> None:
+    """KIP-848 members (and members rolled from classic to the consumer protocol) replayed as
+    recorded against the reference, each session in its recorded protocol with its recorded
+    member id and heartbeat times and the reference's epochs, tell the recorded story event for
+    event: the same joins, generations and epochs, partitions revoked and received, conversion
+    and leaves, member by member; consumer-protocol rows at the same milliseconds."""
+    plan = build_plan(read_capture(CORPUS_DIR / entry.file), Path(entry.file).stem)
+    assert plan.uses_consumer_protocol
+    recorded = recorded_events(plan)
+    assert {e.event for e in recorded} >= {"member_joined", "assignment_received", "member_left"}
+    replayed = replay_reference(plan).events
+    assert event_story(replayed) == event_story(recorded)
+    consumer_rows = [(e.ts_ms, e.event, e.member_key) for e in recorded if e.protocol == "consumer"]
+    assert consumer_rows == [(e.ts_ms, e.event, e.member_key) for e in replayed if e.protocol == "consumer"]
+    if entry.protocol == "mixed":  # a migration: converted once, static `a` spoke both protocols
+        converted = [e.detail for e in replayed if e.event == "group_converted"]
+        assert converted == ["classic -> consumer"]
+        both = [s.member_key for s in plan.scripts if len(s.protocols) == 2]
+        assert both == [e.member_key for e in replayed if e.event == "group_converted"]
+
+
+def test_a_capture_without_group_members_is_refused_with_a_reason() -> None:
+    """The input error replay gives (exit 2) when a capture has nothing to replay."""
+    with pytest.raises(ReplayInputError, match="no group requests"):
+        build_plan(Capture(header={}, frames=[], damage=None), "empty")

@@ -1,6 +1,7 @@
 // A Java kafka-clients consumer with group.protocol=consumer (KIP-848) that prints one JSON line
-// per rebalance callback, for tests/test_consumer_group_serve.py. Runs until stdin closes.
-// Usage: ConsumerProtocolMember BOOTSTRAP GROUP TOPIC CLIENT_ID
+// per rebalance callback, for tests/test_consumer_group_serve.py and the migration story
+// (tests/support/migration_story.py). Runs until stdin closes.
+// Usage: ConsumerProtocolMember BOOTSTRAP GROUP TOPIC CLIENT_ID [GROUP_INSTANCE_ID]
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -29,6 +30,7 @@ public class ConsumerProtocolMember {
     p.put("group.id", a[1]);
     p.put("client.id", a[3]);
     p.put("group.protocol", "consumer");
+    if (a.length > 4) p.put("group.instance.id", a[4]);
     p.put("key.deserializer", ByteArrayDeserializer.class.getName());
     p.put("value.deserializer", ByteArrayDeserializer.class.getName());
     p.put("enable.auto.commit", "true");

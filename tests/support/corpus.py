@@ -19,9 +19,10 @@ initial rebalance delay), one of three stories:
 - `dynamic-rolling`: a, b, c dynamic; each is stopped (LeaveGroup) and started again in turn;
 - `mixed`: a and b static, c dynamic; b is bounced (no rebalance), then c (two).
 
-Beside them, in `consumer-protocol/`, one KIP-848 group (confluent-kafka with
-group.protocol=consumer against Kafka 4.3.1, member b restarted); replay drives classic members
-only, so that capture is read and described but not replayed.
+Beside them, in `consumer-protocol/` (the CI job's `*.pcapng` replays the classic ones), one
+KIP-848 group (confluent-kafka with group.protocol=consumer against Kafka 4.3.1, member b
+restarted) and one migration (tests/support/migration_story.py: Java 4.3.1 and confluent-kafka
+members restarted one by one from classic to group.protocol=consumer); both replay as recorded.
 
 The manifest (fixtures/captures/manifest.json) is derived from the files: the sha256, the
 recorded rebalances (`replay.plan.recorded_events`, the `recorded` run) and what the recording
@@ -68,8 +69,8 @@ class Entry:
     broker: str
     scenario: str
     story: str
-    protocol: str  # classic (JoinGroup/SyncGroup) or consumer (KIP-848 ConsumerGroupHeartbeat)
-    recorded_rebalances: int  # classic: rebalance_started of the recorded run; consumer: epochs
+    protocol: str  # classic (JoinGroup/SyncGroup), consumer (KIP-848 ConsumerGroupHeartbeat), mixed
+    recorded_rebalances: int  # rebalance_started of the recorded run (consumer protocol: new epochs)
     members: int
     bytes: int
     sha256: str
@@ -83,28 +84,18 @@ def sha256_of(path: Path) -> str:
 
 
 def recorded_rebalances(path: Path) -> tuple[str, int, int]:
-    """(protocol, rebalances, members) of a capture. Classic: the `recorded` run as the replay
-    sees it. Consumer protocol (which replay does not drive yet): the group epochs the members
-    were told in ConsumerGroupHeartbeat answers, and the member ids seen."""
-    from proxy.capture.reader import exchanges, read_capture
-    from proxy.wire.apis import ApiKey
+    """(protocol, rebalances, members) of a capture: the `recorded` run as the replay sees it
+    (`rebalance_started`; for KIP-848 members, each assignment epoch higher than any before).
+    The protocol is what its members spoke: classic, consumer, or mixed (a migration)."""
+    from proxy.capture.reader import read_capture
     from replay.events import EventName
     from replay.plan import build_plan, recorded_events
 
-    capture = read_capture(path)
-    heartbeats = [ex for ex in exchanges(capture) if ex.request.api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT]
-    if heartbeats:
-        epochs, members = set(), set()
-        for ex in heartbeats:
-            _, response = ex.decode()
-            if response is not None and int(response.error_code) == 0 and response.member_id:
-                members.add(str(response.member_id))
-                if response.assignment is not None:
-                    epochs.add(int(response.member_epoch))
-        return "consumer", len(epochs), len(members)
-    plan = build_plan(capture, path.stem)
+    plan = build_plan(read_capture(path), path.stem)
     events = recorded_events(plan)
-    return "classic", sum(e.event == EventName.REBALANCE_STARTED for e in events), len(plan.scripts)
+    spoken = {p.value for script in plan.scripts for p in script.protocols}
+    protocol = spoken.pop() if len(spoken) == 1 else "mixed"
+    return protocol, sum(e.event == EventName.REBALANCE_STARTED for e in events), len(plan.scripts)
 
 
 def capture_files(directory: Path = CORPUS_DIR) -> list[str]:
@@ -268,8 +259,8 @@ consumer.close()
 
 def record_consumer_protocol(out: Path) -> dict[str, dict[str, str]]:
     """One KIP-848 group (confluent-kafka, group.protocol=consumer) against Kafka 4.3.1, kept in
-    `consumer-protocol/` beside the classic captures: replay drives classic members only, so the
-    CI job's `*.pcapng` does not pick it up. Timed phases (librdkafka reports KIP-848 assignments
+    `consumer-protocol/` beside the classic captures: the CI job's `*.pcapng` replays the classic
+    ones under built-in scenarios written for them. Timed phases (librdkafka reports KIP-848 assignments
     incrementally, so there is no whole assignment to wait for)."""
     from harness.admin import create_topic
     from harness.broker import start_broker
@@ -317,6 +308,46 @@ def record_consumer_protocol(out: Path) -> dict[str, dict[str, str]]:
             "broker": "4.3.1",
             "scenario": CONSUMER_PROTOCOL_SCENARIO,
             "story": "consumer-protocol-restart",
+        }
+    }
+
+
+MIGRATION_FILE = "kafka-4.3.1--java-4.3.1+confluent--classic-to-consumer-rolling-upgrade.pcapng"
+
+
+def record_migration(out: Path) -> dict[str, dict[str, str]]:
+    """The classic -> consumer rolling upgrade of tests/support/migration_story.py (Java 4.3.1
+    and confluent-kafka members, restarted one by one with group.protocol=consumer) through the
+    recording proxy in front of Kafka 4.3.1; kept in `consumer-protocol/` (its protocol: mixed)."""
+    from harness.admin import create_topic
+    from harness.broker import start_broker
+    from harness.cli import KAFKA_GROUP_DEFAULTS
+    from tests.support.migration_story import PARTITIONS as STORY_PARTITIONS
+    from tests.support.migration_story import SCENARIO_TEXT as STORY_TEXT
+    from tests.support.migration_story import run_migration_story
+
+    directory = out / "consumer-protocol"
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / MIGRATION_FILE
+    partial = target.with_name(target.name + ".partial")
+    topic, group = "corpus-migration", "migration-rolling-upgrade"
+    print(f"Kafka 4.3.1: starting\n  consumer-protocol/{target.name}", flush=True)
+    broker = start_broker("4.3.1", extra_config=KAFKA_GROUP_DEFAULTS)
+    try:
+        create_topic(broker.bootstrap, topic, STORY_PARTITIONS)
+        with recording_proxy(broker.bootstrap, partial) as bootstrap:
+            for step in run_migration_story(bootstrap, group, topic):
+                print(f"    {step}", flush=True)
+    finally:
+        broker.stop()
+    partial.replace(target)
+    return {
+        f"consumer-protocol/{target.name}": {
+            "client": "java-4.3.1+confluent",
+            "client_version": f"4.3.1; {client_version('confluent')}",
+            "broker": "4.3.1",
+            "scenario": STORY_TEXT,
+            "story": "classic-to-consumer-rolling-upgrade",
         }
     }
 
@@ -385,8 +416,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--consumer-protocol",
         choices=("with", "only", "without"),
         default="with",
-        help="the KIP-848 capture (confluent-kafka, group.protocol=consumer, Kafka 4.3.1): with the "
-        "classic matrix (default), only it, or without it",
+        help="the KIP-848 captures (confluent-kafka with group.protocol=consumer, and the classic -> "
+        "consumer rolling upgrade of Java 4.3.1 and confluent-kafka members, Kafka 4.3.1): with the "
+        "classic matrix (default), only them, or without them",
     )
     man = sub.add_parser("manifest", help="rewrite the manifest from the captures present")
     man.add_argument("--out", type=Path, default=CORPUS_DIR)
@@ -400,6 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             described |= record(args.out, args.broker or BROKERS, args.only or CLIENTS, args.story or STORIES)
         if args.consumer_protocol != "without":
             described |= record_consumer_protocol(args.out)
+            described |= record_migration(args.out)
         rows = write_manifest(args.out, described)
         print(f"manifest: {len(rows)} captures, {sum(r.bytes for r in rows)} bytes", flush=True)
     else:
