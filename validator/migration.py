@@ -187,7 +187,9 @@ def segments(stepped: DataFrame) -> DataFrame:
     changed = (F.col("state") != F.lag("state").over(member)) | (
         F.col("protocol") != F.lag("protocol").over(member)
     )
-    marked = stepped.select(
+    # a state that lasted no time (a SyncGroup answered with its JoinGroup) splits no stretch
+    lasting = stepped.where(F.coalesce("next_ts_ms", "run_end_ms") > F.col("ts_ms"))
+    marked = lasting.select(
         *RUN_KEY,
         "member_key",
         "seq",
