@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from validator.explain import cause_and_next_step
+from validator.migration import CLASSIC
 from validator.schemas import GROUP_KEY
 from validator.transforms import (
     ASPECT_SEVERITY,
@@ -293,17 +294,24 @@ def broker_version(observed_run: Column) -> Column:
     return F.when(version == "", observed_run).otherwise(version)
 
 
-def compatibility_matrix(verdicts: DataFrame, clients: DataFrame) -> DataFrame:
-    """scenario x client x observed run (broker version): pass / differs / failed / not run counts
-    and the worst difference, with the session that shows it. `expected_run` is what the scenario's
-    runs were compared with."""
+def compatibility_matrix(
+    verdicts: DataFrame, clients: DataFrame, protocols: DataFrame | None = None
+) -> DataFrame:
+    """scenario x client x protocol x observed run (broker version): pass / differs / failed / not
+    run counts and the worst difference, with the session that shows it. `expected_run` is what the
+    scenario's runs were compared with. `protocols`: (session, scenario, group) -> the protocol
+    path its members took (validator.migration.group_protocols); groups it lacks are `classic`."""
     rows = verdicts.join(clients, "session_id", "left").fillna({"client": "unknown"})
+    if protocols is None:
+        rows = rows.withColumn("protocol", F.lit(CLASSIC))
+    else:
+        rows = rows.join(protocols, list(GROUP_KEY), "left").fillna({"protocol": CLASSIC})
     rank = F.struct(
         F.coalesce("worst_severity", F.lit(0)),
         F.col("diffs"),
         F.col("session_id"),
     )
-    per_cell = rows.groupBy("scenario", "client", "observed_run").agg(
+    per_cell = rows.groupBy("scenario", "client", "protocol", "observed_run").agg(
         F.min("expected_run").alias("expected_run"),
         F.count("*").alias("sessions"),
         F.count(F.when(F.col("status") == "pass", True)).alias("passed"),
@@ -341,4 +349,5 @@ def compatibility_matrix(verdicts: DataFrame, clients: DataFrame) -> DataFrame:
         F.col("worst.group_id").alias("worst_group"),
         F.col("expected_partitions_moved").cast("long").alias("expected_partitions_moved"),
         F.col("partitions_moved").cast("long").alias("partitions_moved"),
+        "protocol",
     )

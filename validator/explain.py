@@ -165,6 +165,7 @@ def cause_and_next_step(
             ),
             F.lit("the coordinators answered differently; the error names say why"),
         ),
+        *_migration_rules(aspect, subject, ordinal, expected_value, observed_value),
     ]
     cause: Column = F.lit(None).cast("string")
     next_step: Column = F.lit(None).cast("string")
@@ -174,3 +175,53 @@ def cause_and_next_step(
             next_step
         )
     return cause, next_step
+
+
+def _migration_rules(
+    aspect: Column, subject: Column, ordinal: Column, expected: Column, observed: Column
+) -> list[tuple[Column, Column, Column | None]]:
+    """The protocol migration's facts per step (validator.migration): the group's type, who
+    switched protocol, classic rejoins per member (the rebalance storm of eager assignors) and
+    partitions moved. Kafka's consumer_protocol_migration_test.py rolls members the same way."""
+    step = _text("step ", ordinal.cast("string"))
+    more = F.coalesce(observed.cast("int"), F.lit(0)) - F.coalesce(expected.cast("int"), F.lit(0))
+    shown = _text(F.coalesce(expected, F.lit("none")), " -> ", F.coalesce(observed, F.lit("none")))
+    return [
+        (
+            aspect == "group_type",
+            _text("the group's type after ", step, ": ", shown),
+            F.lit(
+                "compare group.consumer.migration.policy and the broker build with the scenario's "
+                "(an online conversion needs bidirectional, or upgrade / downgrade for that direction; "
+                "a custom assignor's userData refuses it)"
+            ),
+        ),
+        (
+            aspect == "protocol_switch",
+            _text("other members switched protocol at ", step, ": ", shown),
+            F.lit(
+                "a member refused on its new protocol does not switch: see the errors and the "
+                "migration timeline"
+            ),
+        ),
+        (
+            (aspect == "rejoins") & (more > 0),
+            _text(
+                subject, " rejoined ", more.cast("string"), " more time(s) in ", step, " (classic JoinGroup)"
+            ),
+            F.lit(
+                "eager assignors make every classic member rejoin at each step: cooperative-sticky or "
+                "static members (group.instance.id) rejoin less"
+            ),
+        ),
+        (
+            aspect == "rejoins",
+            _text(subject, " rejoined ", (-more).cast("string"), " fewer time(s) in ", step, ": ", shown),
+            F.lit("compare the members' session timeouts and the broker's rebalance delay"),
+        ),
+        (
+            aspect == "partitions_moved",
+            _text("partitions moved in ", step, ": ", shown),
+            F.lit("compare the assignors (server_assignor, classic assignors) and who was in the group then"),
+        ),
+    ]

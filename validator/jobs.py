@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from validator import compare as C
+from validator import migration_job as MJ
 from validator import transforms as T
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
@@ -84,6 +85,11 @@ class ReportData:
     run_summaries: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
     tables_written: list[str] = field(default_factory=list)
     all_comparisons: list[dict[str, Any]] | None = None  # when ValidateOptions.collect_all
+    # the protocol migration view (validator.migration): groups that saw the consumer protocol,
+    # and for the shown ones their steps and timeline segments per run
+    migration_groups: int = 0
+    migration_steps: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
+    migration_timelines: dict[SectionKey, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def comparisons(self) -> int:
@@ -254,12 +260,19 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
                 "choose another with --expected"
             )
 
+    with stage("protocol migration: steps, timelines and facts per run"):
+        good = flagged.where(F.col("bad_reason").isNull())
+        migration = MJ.migration_tables(good, partitions, options.expected_run)
     runs = runs_all.where(F.col("bad_reason").isNull()).drop("bad_reason", "event_rows")
+    runs = MJ.with_migration_hash(runs, migration)  # the hash covers the migration facts too
     pairs = C.comparisons(runs, options.expected_run).persist(keep)
-    to_diff = runs.join(F.broadcast(C.groups_to_diff(pairs)), list(GROUP_KEY), "left_semi")
-    diffs = C.diff_runs(T.run_facts(to_diff), T.run_summary(to_diff), options.expected_run).persist(keep)
+    diffed = C.groups_to_diff(pairs)
+    to_diff = runs.join(F.broadcast(diffed), list(GROUP_KEY), "left_semi")
+    facts = MJ.with_migration_facts(T.run_facts(to_diff), migration, diffed)
+    diffs = C.diff_runs(facts, T.run_summary(to_diff), options.expected_run).persist(keep)
     verdicts = C.session_verdicts(pairs, diffs).persist(keep)
-    matrix = C.compatibility_matrix(verdicts, C.session_clients(runs)).persist(keep)
+    protocols = MJ.group_protocols(migration)
+    matrix = C.compatibility_matrix(verdicts, C.session_clients(runs), protocols).persist(keep)
     tables = Tables(bad_rows, runs, T.observed_rebalances(runs), T.run_summary(runs), diffs, verdicts, matrix)
     what = "diff, verdicts, matrix, report data" + (
         f"; write Parquet tables to {options.out_dir}" if options.out_dir is not None else ""
@@ -271,13 +284,28 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
         if options.out_dir is not None:
             data.tables_written = write_tables(tables, options.out_dir, include_bad=data.rows_bad > 0)
         report.result()
+        _migration_report(migration, data, options.out_dir)
         if options.collect_all:
             from validator.ci_outputs import collect_comparisons
 
             data.all_comparisons = collect_comparisons(verdicts, diffs)
     for frame in (runs_all, pairs, diffs, verdicts, matrix):
         frame.unpersist()
+    MJ.unpersist(migration)
     return data
+
+
+def _migration_report(migration: MJ.MigrationTables | None, data: ReportData, out_dir: Path | None) -> None:
+    """The migration view's share of the report (failing groups first) and its Parquet tables."""
+    if migration is None:
+        return
+    failing = {section_key(w) for w in data.worst if w["status"] != "pass"}
+    data.migration_groups = len(migration.keys)
+    data.migration_steps, data.migration_timelines = MJ.collect_view(
+        migration, MJ.shown_keys(migration, failing)
+    )
+    if out_dir is not None:
+        data.tables_written += MJ.write_tables(migration, out_dir)
 
 
 def _reasons(by_reason: dict[str, int]) -> str:

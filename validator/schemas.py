@@ -213,5 +213,87 @@ COMPATIBILITY_MATRIX_SCHEMA = StructType(
         StructField("worst_group", StringType(), True),
         StructField("expected_partitions_moved", LongType(), True),
         StructField("partitions_moved", LongType(), True),
+        StructField("protocol", StringType(), True),
     ]
 )
+"""`protocol` is the matrix's protocol axis: what the group's members spoke in the expected run
+(validator.migration.protocol_path: `classic`, `consumer`, `classic -> consumer`, ...)."""
+
+# ---- the protocol migration view (validator.migration) -------------------------------------------
+
+MIGRATION_STEPS_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("run", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("step", IntegerType(), True),
+        StructField("start_ms", LongType(), True),
+        StructField("end_ms", LongType(), True),
+        StructField("switched", ArrayType(StringType(), True), True),
+        StructField("group_type", StringType(), True),
+        StructField("conversions", ArrayType(StringType(), True), True),
+        StructField("partitions_moved", IntegerType(), True),
+        StructField(
+            "rejoins",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("member_key", StringType(), True),
+                        StructField("rejoins", IntegerType(), True),
+                    ]
+                ),
+                True,
+            ),
+            True,
+        ),
+        StructField(
+            "unassigned",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("member_key", StringType(), True),
+                        StructField("unassigned_ms", LongType(), True),
+                    ]
+                ),
+                True,
+            ),
+            True,
+        ),
+    ]
+)
+"""One row per run and migration step. Step 0 is the group before any member switched protocol;
+step k begins where the k-th switch began (the member's LeaveGroup before it, else its first
+request on the new protocol). `switched`: `member_key:protocol` of the members that switched at
+it; `group_type`: the group's type at the step's end; `conversions`: `group_converted` details;
+`partitions_moved`: partitions received (assignment_received) in the step; `rejoins`: successful
+classic JoinGroups per classic member (those that switched at the step left out; members with
+none not listed); `unassigned`: per member, time in the group holding no partition."""
+
+MIGRATION_TIMELINE_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("run", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("lane", StringType(), True),
+        StructField("state", StringType(), True),
+        StructField("protocol", StringType(), True),
+        StructField("start_ms", LongType(), True),
+        StructField("end_ms", LongType(), True),
+    ]
+)
+"""The migration timeline plot's segments: per member (`lane` = member_key) the stretches it was in
+the group `holding` partitions or `empty` (holding none), with the protocol it spoke; per run one
+`lane` "" of `group_type` stretches whose `protocol` is the group's type."""
+
+GROUP_PROTOCOL_SCHEMA = StructType(
+    [
+        StructField("session_id", StringType(), True),
+        StructField("scenario", StringType(), True),
+        StructField("run", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("protocol", StringType(), True),
+    ]
+)
+"""Per run: the protocols its members spoke first and last (`classic -> consumer`)."""

@@ -27,6 +27,7 @@ from replay.events import EventName
 from replay.scenario import AS_RECORDED
 from validator.churn import generations_with_churn, member_churn
 from validator.explain import error_names
+from validator.migration import MIGRATION_ASPECTS
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
     EVENT_NAMES,
@@ -42,6 +43,7 @@ ASPECT_SEVERITY: dict[str, int] = {
     "error": 4,
     "expired": 5,
     "fenced": 5,
+    **MIGRATION_ASPECTS,  # per migration step: partitions moved, switches, rejoins, group type
 }
 """How bad a difference is; the worst one names a session's and a matrix cell's verdict."""
 

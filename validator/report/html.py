@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from validator.jobs import ReportData, SectionKey, session_anchor
+from validator.migration import MIGRATION_ASPECTS
 
 PASS, DIFFERS, FAILED, NOISE, NOT_RUN = "#2f9e5a", "#e8a33a", "#c8413b", "#8a8fa3", "#7d4fb0"
 EXPECTED = "#2f5fa8"
@@ -66,6 +67,11 @@ def _cell_status(cell: dict[str, Any]) -> str:
     return "pass"
 
 
+def _protocol(cell: dict[str, Any]) -> str:
+    """A matrix cell's protocol axis (`classic` for tables written before it existed)."""
+    return cell.get("protocol") or "classic"
+
+
 def compared_label(expected_run: str, observed_run: str) -> str:
     """What a comparison compared, as the report and the terminal say it."""
     return f"{observed_run} vs {expected_run}"
@@ -77,26 +83,27 @@ def matrix_html(matrix: list[dict[str, Any]]) -> str:
     if not matrix:
         return "<p class='muted'>no comparisons</p>"
     columns = sorted({c["observed_run"] for c in matrix}, key=run_sort_key)
-    rows = sorted({(c["scenario"], c["client"]) for c in matrix})
-    by_key = {(c["scenario"], c["client"], c["observed_run"]): c for c in matrix}
+    rows = sorted({(c["scenario"], c["client"], _protocol(c)) for c in matrix})
+    by_key = {(c["scenario"], c["client"], _protocol(c), c["observed_run"]): c for c in matrix}
     expected_of = {c["scenario"]: c.get("expected_run") or "" for c in matrix}
-    out = ["<table class='matrix'><tr><th>scenario (compared with)</th><th>client</th>"]
+    out = ["<table class='matrix'><tr><th>scenario (compared with)</th><th>client</th><th>protocol</th>"]
     out += [f"<th class='run'>{escape(run)}</th>" for run in columns]
     out.append("</tr>")
-    for scenario, client in rows:
+    for scenario, client, protocol in rows:
         out.append(
             f"<tr><th class='label'>{escape(scenario)}<br><span class='muted'>vs "
             f"{escape(expected_of[scenario])}</span></th><th class='label'>{escape(client)}</th>"
+            f"<th class='label'>{escape(protocol)}</th>"
         )
         for run in columns:
-            cell = by_key.get((scenario, client, run))
+            cell = by_key.get((scenario, client, protocol, run))
             if cell is None:
                 out.append("<td class='cell empty'>—</td>")
                 continue
             status = _cell_status(cell)
             counts = f"{cell['passed']} / {cell['differs']} / {cell['failed']} / {cell.get('not_run') or 0}"
             tip = (
-                f"{scenario} | {client} | {compared_label(expected_of[scenario], run)}: "
+                f"{scenario} | {client} | {protocol} | {compared_label(expected_of[scenario], run)}: "
                 f"{cell['sessions']} sessions, pass {cell['passed']}, differs {cell['differs']}, "
                 f"failed {cell['failed']}, not run {cell.get('not_run') or 0}, "
                 f"noise diffs {cell['noise_diffs']}"
@@ -252,6 +259,13 @@ def churn_svg(rebalances: list[dict[str, Any]], expected_run: str) -> str:
         )
     out.append("</svg>")
     return "".join(out)
+
+
+def _ordinal(diff: dict[str, Any]) -> str:
+    """A difference's generation (`#2`), or its migration step (`step 2`, validator.migration)."""
+    if diff["aspect"] in MIGRATION_ASPECTS:
+        return f"step {diff['ordinal']}"
+    return "" if not diff["ordinal"] else f"#{diff['ordinal']}"
 
 
 def _clip(text: str, limit: int) -> str:
@@ -441,7 +455,7 @@ def _section(data: ReportData, key: SectionKey, verdict_rows: list[dict[str, Any
     diffs = data.session_diffs.get(key, [])
     if diffs:
         parts.append(
-            "<table><tr><th>compared</th><th>aspect</th><th>member_key</th><th>generation</th>"
+            "<table><tr><th>compared</th><th>aspect</th><th>member_key</th><th>generation / step</th>"
             "<th>expected</th><th>observed</th><th>change</th><th>cause</th><th>next step</th></tr>"
         )
         for d in diffs:
@@ -449,7 +463,7 @@ def _section(data: ReportData, key: SectionKey, verdict_rows: list[dict[str, Any
                 f"<tr class='{'noise' if d['is_noise'] else ''}'>"
                 f"<td class='key'>{escape(compared_label(d['expected_run'], d['observed_run']))}</td>"
                 f"<td>{escape(d['aspect'])}</td><td>{escape(d['subject'] or '')}</td>"
-                f"<td class='num'>{'' if not d['ordinal'] else '#' + str(d['ordinal'])}</td>"
+                f"<td class='num'>{_ordinal(d)}</td>"
                 f"<td>{escape(d['expected_value'] or '—')}</td>"
                 f"<td>{escape(d['observed_value'] or '—')}</td>"
                 f"<td>{escape(d['change'])}</td><td>{escape(d.get('cause') or '')}</td>"
@@ -473,7 +487,9 @@ def render_html(data: ReportData) -> str:
         *_bad_rows(data),
         *_compared_table(data),
         "<h2>Compatibility matrix</h2>",
-        "<p class='muted'>scenario, client and observed run (its name carries the broker version). Each "
+        "<p class='muted'>scenario, client, protocol (what the group's members spoke: "
+        "<code>classic -&gt; consumer</code> is a migration) and observed run (its name carries the "
+        "broker version). Each "
         "cell counts sessions (one group each) that pass, differ, failed or could not be run.</p>",
         matrix_html(data.matrix),
         *_worst_table(data),
@@ -485,5 +501,8 @@ def render_html(data: ReportData) -> str:
     ]
     for key, verdict_rows in data.session_verdicts.items():
         parts += _section(data, key, verdict_rows)
+    from validator.report.migration_html import migration_html  # it imports this module
+
+    parts += migration_html(data)
     parts.append("</body></html>")
     return "\n".join(parts)

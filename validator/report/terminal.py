@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -105,12 +106,66 @@ def print_summary(console: Console, data: ReportData) -> None:
                 w.get("explanation") or w["worst_aspect"] or "",
             )
         console.print(worst)
+    print_migration(console, data)
+
+
+MIGRATION_GROUPS_IN_TERMINAL = 6
+MIGRATION_COLUMNS = (
+    ("run", 2),
+    ("step", 1),
+    ("from s", 1),
+    ("switched", 3),
+    ("group type", 2),
+    ("classic rejoins (most)", 3),
+    ("moved", 1),
+    ("longest without partitions", 3),
+)
+
+
+def print_migration(console: Console, data: ReportData) -> None:
+    """The protocol migration step by step (validator.migration), per group and run: who switched,
+    the group's type, the most JoinGroups a remaining classic member sent and by whom (the
+    rebalance-storm risk), partitions moved and the longest time a member held nothing."""
+    shown = list(data.migration_steps.items())[:MIGRATION_GROUPS_IN_TERMINAL]
+    for (session_id, scenario, group_id), steps in shown:
+        table = Table(
+            title=f"migration steps - {session_id}/{group_id} ({scenario})", title_justify="left", expand=True
+        )
+        for column, ratio in MIGRATION_COLUMNS:
+            table.add_column(column, overflow="fold", ratio=ratio)
+        ordered = sorted(
+            steps, key=lambda s: (s["run"].split("~")[0] != data.expected_run, run_sort_key(s["run"]))
+        )
+        for s in sorted(ordered, key=lambda s: s["step"]):
+            most = max(s["rejoins"] or [], key=lambda r: (r["rejoins"], r["member_key"]), default=None)
+            gap = max(
+                s["unassigned"] or [], key=lambda u: (u["unassigned_ms"], u["member_key"]), default=None
+            )
+            table.add_row(
+                escape(s["run"]),
+                str(s["step"]),
+                f"{(s['start_ms'] or 0) / 1000:.1f}",
+                escape(", ".join(s["switched"] or []) or "-"),
+                escape(s["group_type"] or "-"),
+                escape(f"{most['rejoins']} ({most['member_key']})") if most else "0",
+                str(s["partitions_moved"]),
+                escape(f"{gap['unassigned_ms'] / 1000:.1f}s ({gap['member_key']})") if gap else "0",
+            )
+        console.print(table)
+    if data.migration_groups > len(shown):
+        console.print(
+            f"migration steps: {len(shown)} of {data.migration_groups} groups shown; every one is in the "
+            "HTML report (up to 30) and the migration_steps table (--out)"
+        )
 
 
 def matrix_table(data: ReportData) -> Table:
     """scenario x client rows, one column per observed run, cells `pass/differs/failed/not run`."""
     runs = sorted({c["observed_run"] for c in data.matrix}, key=run_sort_key)
-    cells = {(c["scenario"], c["client"], c["observed_run"]): c for c in data.matrix}
+    cells = {
+        (c["scenario"], c["client"], c.get("protocol") or "classic", c["observed_run"]): c
+        for c in data.matrix
+    }
     expected_of = {c["scenario"]: c.get("expected_run") or "" for c in data.matrix}
     table = Table(
         title="compatibility matrix (sessions pass/differs/failed/not run)",
@@ -119,12 +174,13 @@ def matrix_table(data: ReportData) -> Table:
     )
     table.add_column("scenario (vs)", overflow="fold")
     table.add_column("client", overflow="fold")
+    table.add_column("protocol", overflow="fold")
     for run in runs:
         table.add_column(run, justify="center", overflow="fold")
-    for scenario, client in sorted({(c["scenario"], c["client"]) for c in data.matrix}):
-        row = [f"{scenario} (vs {expected_of[scenario]})", client]
+    for scenario, client, protocol in sorted({(s, c, p) for s, c, p, _ in cells}):
+        row = [f"{scenario} (vs {expected_of[scenario]})", client, protocol]
         for run in runs:
-            cell = cells.get((scenario, client, run))
+            cell = cells.get((scenario, client, protocol, run))
             if cell is None:
                 row.append("")
                 continue
