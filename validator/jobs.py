@@ -142,8 +142,10 @@ def discover_inputs(paths: Sequence[Path]) -> InputFiles:
     return InputFiles(tuple(json_files), tuple(parquet_files), total)
 
 
-def read_events(spark: SparkSession, files: InputFiles) -> DataFrame:
-    """All rows with the explicit schema, a `_corrupt_record` column and their `source_file`."""
+def read_events(spark: SparkSession, files: InputFiles, *, source_file: bool = True) -> DataFrame:
+    """All rows with the explicit schema, a `_corrupt_record` column and their `source_file`
+    (only with `source_file`: the file metadata column makes the Parquet reader track every row's
+    file and index, which the aggregation path has no use for)."""
     frames: list[DataFrame] = []
     if files.json_files:
         json_frame = (
@@ -152,7 +154,9 @@ def read_events(spark: SparkSession, files: InputFiles) -> DataFrame:
             .option("columnNameOfCorruptRecord", CORRUPT_RECORD_COLUMN)
             .json(list(files.json_files))
         )
-        frames.append(json_frame.withColumn("source_file", F.col("_metadata.file_path")))
+        frames.append(
+            json_frame.withColumn("source_file", F.col("_metadata.file_path")) if source_file else json_frame
+        )
     if files.parquet_files:
         # Parquet files carry their own schema; writers differ in integer widths (pyarrow writes
         # Python ints as int64), so read each file's declared schema and cast to the contract.
@@ -165,10 +169,11 @@ def read_events(spark: SparkSession, files: InputFiles) -> DataFrame:
                 for f in READ_SCHEMA.fields
             ]
         )
+        parquet_frame = parquet_frame.withColumn(CORRUPT_RECORD_COLUMN, F.lit(None).cast("string"))
         frames.append(
-            parquet_frame.withColumn(CORRUPT_RECORD_COLUMN, F.lit(None).cast("string")).withColumn(
-                "source_file", F.col("_metadata.file_path")
-            )
+            parquet_frame.withColumn("source_file", F.col("_metadata.file_path"))
+            if source_file
+            else parquet_frame
         )
     frame = frames[0]
     for other in frames[1:]:
@@ -224,13 +229,16 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
     keep = StorageLevel.MEMORY_AND_DISK
 
     with stage("read, check and aggregate event rows per run"):
-        flagged = T.flag_bad_rows(read_events(spark, files))
+        flagged = T.flag_bad_rows(read_events(spark, files, source_file=False))
         # Bad rows travel with the good ones and are counted by the same aggregation (keyed by
         # their reason too); only their count is kept from it.
-        # The aggregation's inputs are computed before the shuffle (see transforms.run_inputs).
+        # The aggregation's inputs are computed before the shuffle (see transforms.run_inputs);
+        # sorted after it by what per_run groups by, so its two aggregations stream (sort-based,
+        # one pass each instead of a partial and a final hash aggregation over the same rows).
         extra = ("bad_reason",)
+        shuffled = T.run_inputs(flagged, extra).repartition(partitions, "session_id")
         runs_all = T.per_run(
-            T.run_inputs(flagged, extra).repartition(partitions, "session_id"), extra_keys=extra
+            shuffled.sortWithinPartitions(*T.per_run_order(extra)), extra_keys=extra
         ).persist(keep)
         try:
             counts = runs_all.groupBy("bad_reason", "run").agg(F.sum("event_rows").alias("rows")).collect()
@@ -244,8 +252,10 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
                 )
         data.rows_bad = sum(data.bad_by_reason.values())
         data.runs = sorted({r["run"] for r in counts if not r["bad_reason"]})
-        bad_rows = flagged.where(F.col("bad_reason").isNotNull()).select(
-            "source_file", "bad_reason", CORRUPT_RECORD_COLUMN, "session_id", "run", "seq", "event"
+        bad_rows = (
+            T.flag_bad_rows(read_events(spark, files))
+            .where(F.col("bad_reason").isNotNull())
+            .select("source_file", "bad_reason", CORRUPT_RECORD_COLUMN, "session_id", "run", "seq", "event")
         )
         if data.rows_bad:
             data.bad_samples = _rows(bad_rows.limit(BAD_ROW_SAMPLES))

@@ -99,6 +99,9 @@ def build_session(
         # collect_set/collect_list/max_by aggregations (ObjectHashAggregate) otherwise fall back to
         # sort-based aggregation after 128 keys per task, i.e. on every real input.
         "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": str(OBJECT_HASH_AGG_KEYS),
+        # An aggregation over input already sorted by its keys (the per-run stage, jobs.py) runs as
+        # one sort-based pass instead of a partial and a final hash aggregation.
+        "spark.sql.execution.replaceHashWithSortAgg": "true",
         "spark.driver.memory": driver_memory,
         "spark.driver.extraJavaOptions": quiet,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -118,4 +121,5 @@ def build_session(
     spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
     spark.conf.set("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", str(OBJECT_HASH_AGG_KEYS))
     spark.conf.set("spark.sql.inMemoryColumnarStorage.batchSize", "2000")
+    spark.conf.set("spark.sql.execution.replaceHashWithSortAgg", "true")
     return spark

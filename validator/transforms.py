@@ -292,6 +292,14 @@ def _facts_of() -> Column:
     return run_facts_column(F.col("generations"), F.col("fenced"), F.col("expired"), F.col("member_errors"))
 
 
+def per_run_order(extra_keys: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The columns `per_run`'s first aggregation groups by, in order (its second groups by all but
+    the last). Input sorted by them within partitions (ascending, nulls first) lets Spark run both
+    aggregations as one streaming sort-based pass each, with no partial/final split and no hash
+    map (`spark.sql.execution.replaceHashWithSortAgg`, set by validator.session)."""
+    return (*RUN_KEY, *extra_keys, "_generation")
+
+
 def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
     """One row per (session, scenario, run, group) with everything later stages read: the
     summary columns, `generations` (completed generations in completion order, numbered by
@@ -310,9 +318,9 @@ def per_run(events: DataFrame, extra_keys: tuple[str, ...] = ()) -> DataFrame:
     """
     if not set(RUN_INPUTS) <= set(events.columns):
         events = run_inputs(events, extra_keys)
-    keys = [*RUN_KEY, *extra_keys]
+    *keys, generation = per_run_order(extra_keys)
     # (1) per run and completed generation, plus one row per run for its other events
-    per_generation = events.groupBy(*keys, "_generation").agg(
+    per_generation = events.groupBy(*keys, generation).agg(
         F.count("*").alias("event_rows"),
         F.count(F.when(F.col("_rebalance_started"), True)).alias("rebalances_started"),
         F.collect_set("_member").alias("member_keys"),
