@@ -174,6 +174,7 @@ class ConsumerMember:
         self._in_flight = False
         self._token = 0  # the current heartbeat wake; older wakes are stale
         self._steady: tuple[tuple[int, str, int, str | None], Send] | None = None
+        self._interval: Any = None  # the last heartbeat_interval answered (a timedelta)
 
     # -- what runners read --------------------------------------------------------------------
     @property
@@ -218,7 +219,7 @@ class ConsumerMember:
     def on_wake(self, now_ms: int, wake: WakeAt) -> Commands:
         if wake.incarnation != self.incarnation or wake.generation_id != self._token or self._in_flight:
             return ()
-        if not self.running:
+        if self.consumer_state not in _RUNNING:
             return ()
         return (self._heartbeat(),)
 
@@ -232,14 +233,15 @@ class ConsumerMember:
 
     # -- responses ----------------------------------------------------------------------------
     def on_response(self, now_ms: int, sent: Send, response: Any) -> Commands:
-        if sent.incarnation != self.incarnation or not self.running:
+        if sent.incarnation != self.incarnation or self.consumer_state not in _RUNNING:
             return ()
         self._in_flight = False
         code = int(response.error_code)
         if code:
             return self._on_error(now_ms, code)
         interval = response.heartbeat_interval
-        if interval is not None:
+        if interval is not None and interval is not self._interval:  # mostly the same object
+            self._interval = interval
             ms = int(interval.total_seconds() * 1000)
             if ms > 0:
                 self.heartbeat_interval_ms = ms  # updateHeartbeatIntervalMs

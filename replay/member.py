@@ -242,7 +242,7 @@ class ClassicMember:
         self.cooperative = bool(join.protocols) and all(n == "cooperative-sticky" for n, _ in join.protocols)
         self.error_code = 0  # the error that made the member FATAL
         self.assignment_user_data: bytes | None = None  # a custom assignor's userData (scenario)
-        self._heartbeat: tuple[tuple[int, int, str, str | None], Send] | None = None
+        self._heartbeat: tuple[tuple[int, int, str, str | None], tuple[Send]] | None = None
         self._beat_index = 0  # heartbeat_times_ms[:_beat_index] are <= the last now_ms asked about
 
     @property
@@ -295,7 +295,7 @@ class ClassicMember:
             return ()
         if wake.wake is Wake.HEARTBEAT:
             if self.state is MemberState.STABLE and self.generation_id == wake.generation_id:
-                return (self._heartbeat_send(),)
+                return self._heartbeat_send()
             return ()
         return self._join() if self.state is MemberState.PREPARING_REBALANCE else ()
 
@@ -307,7 +307,8 @@ class ClassicMember:
         if not code:
             if sent.api_key == HEARTBEAT:  # the hot path
                 if self.state is MemberState.STABLE:
-                    return self._next_heartbeat(now_ms)
+                    due = self._heartbeat_due(now_ms)
+                    return (WakeAt(due, Wake.HEARTBEAT, self.incarnation, self.generation_id),)
                 return ()
             match sent.api_key:
                 case ApiKey.JOIN_GROUP:
@@ -318,7 +319,8 @@ class ClassicMember:
                         # ConsumerCoordinator.onJoinComplete: partitions were revoked, so rejoin
                         # at once for them to be assigned to their new owners (KIP-429)
                         return self._rejoin_at(now_ms)
-                    return self._next_heartbeat(now_ms)
+                    due = self._heartbeat_due(now_ms)
+                    return (WakeAt(due, Wake.HEARTBEAT, self.incarnation, self.generation_id),)
             return ()
         return self._on_error(now_ms, sent, response, code)
 
@@ -374,9 +376,6 @@ class ClassicMember:
             protocol_name or "range", subscriptions, topics, self.client_software, self.assignment_user_data
         )
 
-    def _next_heartbeat(self, now_ms: int) -> Commands:
-        return (WakeAt(self._heartbeat_due(now_ms), Wake.HEARTBEAT, self.incarnation, self.generation_id),)
-
     def _heartbeat_due(self, now_ms: int) -> int:
         """When the next Heartbeat goes out: the recorded client's next Heartbeat when there is one
         within two intervals, else one interval from now (Kafka's Heartbeat timer,
@@ -405,15 +404,16 @@ class ClassicMember:
         api_version = self.api_versions[api_key]
         return Send(api_key, api_version, entity(api_key, api_version, values), self.incarnation)
 
-    def _heartbeat_send(self) -> Send:
-        """A heartbeat is the same request until the generation or identity changes (hot path)."""
+    def _heartbeat_send(self) -> Commands:
+        """A heartbeat is the same request (and command) until the generation or identity
+        changes (hot path)."""
         key = (self.api_versions[HEARTBEAT], self.generation_id, self.member_id, self.instance_id)
         cached = self._heartbeat
-        if cached is not None and cached[0] == key and cached[1].incarnation == self.incarnation:
+        if cached is not None and cached[0] == key and cached[1][0].incarnation == self.incarnation:
             return cached[1]
-        send = self._send(HEARTBEAT, self.heartbeat_values())
-        self._heartbeat = (key, send)
-        return send
+        commands = (self._send(HEARTBEAT, self.heartbeat_values()),)
+        self._heartbeat = (key, commands)
+        return commands
 
     def _assigned(self, response: Any) -> bool:
         """Keep the partitions SyncGroup gave; True when some owned ones were revoked."""
