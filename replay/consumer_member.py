@@ -2,9 +2,9 @@
 
 `ConsumerMember` is what a consumer configured with `group.protocol=consumer` does towards its
 group coordinator: ConsumerGroupHeartbeat (API 68) with member epochs, nothing else. It speaks
-the same five methods and returns the same commands as `replay.member.ClassicMember`, so the
-runners (`replay.run` in virtual time against the reference coordinator, `replay.live` over TCP)
-drive either without knowing which:
+the same five methods and returns the same commands (`replay.group_member`) as the classic
+`replay.member.ClassicMember`, so the runners (`replay.run` in virtual time against the
+reference coordinator, `replay.live` over TCP) drive either without knowing which:
 
     start / stop / on_response / on_wake / on_request_timeout  ->  (Send | WakeAt | Disconnect, ...)
 
@@ -40,7 +40,7 @@ from typing import Any, Final
 from proxy.wire import ApiKey
 from replay.coordinator.consumer.types import HeartbeatRequest
 from replay.coordinator.consumer.wire import heartbeat_to_kio
-from replay.member import (
+from replay.group_member import (
     RETRY_BACKOFF_MS,
     Command,
     Commands,
@@ -50,7 +50,7 @@ from replay.member import (
     Wake,
     WakeAt,
 )
-from replay.member import _code as _code  # one name -> error code helper for both members
+from replay.group_member import error_code as _code
 
 CONSUMER_HEARTBEAT: Final = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 NEWEST_CONSUMER_HEARTBEAT: Final = 1  # KIP-1082 (Kafka 4.0+): the client generates its member id
@@ -75,7 +75,7 @@ class ConsumerState(StrEnum):
     FATAL = "fatal"  # a non-retriable error: poll() throws, the application ends
 
 
-# The lifecycle the runners read (`GroupMember.state`, replay.member.MemberState).
+# The lifecycle the runners read (`GroupMember.state`, replay.group_member.MemberState).
 LIFECYCLE: Final[dict[ConsumerState, MemberState]] = {
     ConsumerState.UNSUBSCRIBED: MemberState.UNJOINED,
     ConsumerState.JOINING: MemberState.PREPARING_REBALANCE,
@@ -174,6 +174,7 @@ class ConsumerMember:
         self._in_flight = False
         self._token = 0  # the current heartbeat wake; older wakes are stale
         self._steady: tuple[tuple[int, str, int, str | None], Send] | None = None
+        self._interval: Any = None  # the last heartbeat_interval answered (a timedelta)
 
     # -- what runners read --------------------------------------------------------------------
     @property
@@ -218,7 +219,7 @@ class ConsumerMember:
     def on_wake(self, now_ms: int, wake: WakeAt) -> Commands:
         if wake.incarnation != self.incarnation or wake.generation_id != self._token or self._in_flight:
             return ()
-        if not self.running:
+        if self.consumer_state not in _RUNNING:
             return ()
         return (self._heartbeat(),)
 
@@ -232,14 +233,15 @@ class ConsumerMember:
 
     # -- responses ----------------------------------------------------------------------------
     def on_response(self, now_ms: int, sent: Send, response: Any) -> Commands:
-        if sent.incarnation != self.incarnation or not self.running:
+        if sent.incarnation != self.incarnation or self.consumer_state not in _RUNNING:
             return ()
         self._in_flight = False
         code = int(response.error_code)
         if code:
             return self._on_error(now_ms, code)
         interval = response.heartbeat_interval
-        if interval is not None:
+        if interval is not None and interval is not self._interval:  # mostly the same object
+            self._interval = interval
             ms = int(interval.total_seconds() * 1000)
             if ms > 0:
                 self.heartbeat_interval_ms = ms  # updateHeartbeatIntervalMs

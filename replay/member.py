@@ -17,8 +17,9 @@ the response handlers (`JoinGroupResponseHandler`, `SyncGroupResponseHandler`,
 `HeartbeatResponseHandler`, `joinGroupIfNeeded`), `ConsumerCoordinator` for the leader's
 assignment (`onLeaderElected` runs the assignor the group selected, `replay.assignors`).
 
-The KIP-848 member (consumer protocol, ConsumerGroupHeartbeat) is the second class with the
-same five methods and the same commands (`replay.consumer_member.ConsumerMember`): the runners
+The interface, its commands and the lifecycle states are `replay.group_member`'s (re-exported
+here): the KIP-848 member (consumer protocol, ConsumerGroupHeartbeat) is the second class with the
+same five methods and the same commands (`replay.consumer_member.ConsumerMember`), and the runners
 only speak `GroupMember`.
 """
 
@@ -27,10 +28,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum, StrEnum
-from typing import Any, Final, NamedTuple, Protocol
-
-from kio.schema.errors import ErrorCode
+from enum import Enum
+from typing import Any, Final
 
 from proxy.wire import ApiKey, CodecError, request_schema
 from proxy.wire.consumer_protocol import (
@@ -40,6 +39,20 @@ from proxy.wire.consumer_protocol import (
 )
 from proxy.wire.convert import convert
 from replay.assignors import STICKY_PROTOCOLS, assign, subscribed_topics
+from replay.group_member import (
+    REQUEST_TIMEOUT_MS,
+    RETRY_BACKOFF_MS,
+    Command,
+    Commands,
+    Disconnect,
+    GroupMember,
+    MemberState,
+    Send,
+    Wake,
+    WakeAt,
+    from_values,
+)
+from replay.group_member import error_code as _code
 from replay.sticky import cooperative_user_data, sticky_user_data
 
 JOIN: Final = int(ApiKey.JOIN_GROUP)
@@ -81,22 +94,10 @@ def companion_versions(join_api_version: int) -> dict[int, int]:
 
 
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 3_000  # heartbeat.interval.ms
-RETRY_BACKOFF_MS: Final = 100  # retry.backoff.ms
-REQUEST_TIMEOUT_MS: Final = 30_000  # request.timeout.ms
 
 
 # ---------------------------------------------------------------------------------------------
-# States and their transition table
-
-
-class MemberState(StrEnum):
-    """AbstractCoordinator.MemberState, plus FATAL: stopped for good by a non-retriable error."""
-
-    UNJOINED = "unjoined"  # not part of the group: not started, stopped, or restarting
-    PREPARING_REBALANCE = "preparing_rebalance"  # JoinGroup sent, or a rejoin scheduled
-    COMPLETING_REBALANCE = "completing_rebalance"  # JoinGroup answered, SyncGroup sent
-    STABLE = "stable"  # has an assignment, heartbeats
-    FATAL = "fatal"  # FENCED_INSTANCE_ID, INVALID_SESSION_TIMEOUT, ...: poll() throws, the app ends
+# The transition table of the lifecycle states (replay.group_member.MemberState)
 
 
 _RUNNING: Final = frozenset(
@@ -129,10 +130,6 @@ class Reaction(Enum):
     FATAL = "stop for good: the Java consumer raises it from poll()"
 
 
-def _code(name: str) -> int:
-    return int(ErrorCode[name])
-
-
 # joinGroupIfNeeded: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS and
 # MEMBER_ID_REQUIRED `continue` (rejoin without backoff); anything else retriable sleeps
 # retry.backoff.ms; non-retriable errors are thrown. UNKNOWN_MEMBER_ID resets the member id
@@ -158,64 +155,6 @@ ERROR_REACTIONS: Final[dict[int, Reaction]] = {
 def reaction_to(error_code: int) -> Reaction:
     """What the Java consumer does on this error (default: retry after retry.backoff.ms)."""
     return ERROR_REACTIONS.get(error_code, Reaction.REJOIN_AFTER_BACKOFF)
-
-
-# ---------------------------------------------------------------------------------------------
-# Commands
-
-
-class Wake(StrEnum):
-    HEARTBEAT = "heartbeat"
-    REJOIN = "rejoin"
-
-
-# Commands are NamedTuples: immutable like frozen dataclasses, and one is built per heartbeat on
-# the replay's hot path, where a frozen dataclass costs three times as much to construct.
-class Send(NamedTuple):
-    """Send `request` (a kio entity of `api_version`); answer with `on_response(now, this, response)`."""
-
-    api_key: int
-    api_version: int
-    request: Any
-    incarnation: int
-
-
-class WakeAt(NamedTuple):
-    """Call `on_wake(at_ms, this)` at `at_ms` (stale wakes are ignored by the member)."""
-
-    at_ms: int
-    wake: Wake
-    incarnation: int
-    generation_id: int
-
-
-class Disconnect(NamedTuple):
-    """The member's process is gone: close its connection (a new incarnation opens a new one)."""
-
-    incarnation: int
-
-
-Command = Send | WakeAt | Disconnect
-Commands = tuple[Command, ...]
-
-
-class GroupMember(Protocol):
-    """What a runner drives: the classic member here, the KIP-848 one in replay.consumer_member."""
-
-    member_key: str
-    incarnation: int
-    is_leader: bool
-    instance_id: str | None  # a scenario may change it between incarnations
-    api_versions: dict[int, int]  # per API key; a scenario or the broker's ApiVersions may lower them
-
-    @property
-    def state(self) -> MemberState: ...  # the lifecycle (a KIP-848 member maps its own states on it)
-
-    def start(self, now_ms: int) -> Commands: ...
-    def stop(self, now_ms: int, leave: bool) -> Commands: ...
-    def on_response(self, now_ms: int, sent: Send, response: Any) -> Commands: ...
-    def on_wake(self, now_ms: int, wake: WakeAt) -> Commands: ...
-    def on_request_timeout(self, now_ms: int, sent: Send) -> Commands: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,13 +184,6 @@ class JoinSettings:
 
 def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
-
-
-def from_values(cls: type[Any], values: Mapping[str, Any]) -> Any:
-    """A kio entity of class `cls` from plain values (nested entries as mappings, absent = default)."""
-    from proxy.wire.convert import _build  # the one mapping -> kio builder until proxy.wire exports one
-
-    return _build(cls, values, "", [])
 
 
 def entity(api_key: int, api_version: int, values: Mapping[str, Any]) -> Any:
@@ -310,7 +242,7 @@ class ClassicMember:
         self.cooperative = bool(join.protocols) and all(n == "cooperative-sticky" for n, _ in join.protocols)
         self.error_code = 0  # the error that made the member FATAL
         self.assignment_user_data: bytes | None = None  # a custom assignor's userData (scenario)
-        self._heartbeat: tuple[tuple[int, int, str, str | None], Send] | None = None
+        self._heartbeat: tuple[tuple[int, int, str, str | None], tuple[Send]] | None = None
         self._beat_index = 0  # heartbeat_times_ms[:_beat_index] are <= the last now_ms asked about
 
     @property
@@ -363,7 +295,7 @@ class ClassicMember:
             return ()
         if wake.wake is Wake.HEARTBEAT:
             if self.state is MemberState.STABLE and self.generation_id == wake.generation_id:
-                return (self._heartbeat_send(),)
+                return self._heartbeat_send()
             return ()
         return self._join() if self.state is MemberState.PREPARING_REBALANCE else ()
 
@@ -375,7 +307,8 @@ class ClassicMember:
         if not code:
             if sent.api_key == HEARTBEAT:  # the hot path
                 if self.state is MemberState.STABLE:
-                    return self._next_heartbeat(now_ms)
+                    due = self._heartbeat_due(now_ms)
+                    return (WakeAt(due, Wake.HEARTBEAT, self.incarnation, self.generation_id),)
                 return ()
             match sent.api_key:
                 case ApiKey.JOIN_GROUP:
@@ -386,7 +319,8 @@ class ClassicMember:
                         # ConsumerCoordinator.onJoinComplete: partitions were revoked, so rejoin
                         # at once for them to be assigned to their new owners (KIP-429)
                         return self._rejoin_at(now_ms)
-                    return self._next_heartbeat(now_ms)
+                    due = self._heartbeat_due(now_ms)
+                    return (WakeAt(due, Wake.HEARTBEAT, self.incarnation, self.generation_id),)
             return ()
         return self._on_error(now_ms, sent, response, code)
 
@@ -442,9 +376,6 @@ class ClassicMember:
             protocol_name or "range", subscriptions, topics, self.client_software, self.assignment_user_data
         )
 
-    def _next_heartbeat(self, now_ms: int) -> Commands:
-        return (WakeAt(self._heartbeat_due(now_ms), Wake.HEARTBEAT, self.incarnation, self.generation_id),)
-
     def _heartbeat_due(self, now_ms: int) -> int:
         """When the next Heartbeat goes out: the recorded client's next Heartbeat when there is one
         within two intervals, else one interval from now (Kafka's Heartbeat timer,
@@ -473,15 +404,16 @@ class ClassicMember:
         api_version = self.api_versions[api_key]
         return Send(api_key, api_version, entity(api_key, api_version, values), self.incarnation)
 
-    def _heartbeat_send(self) -> Send:
-        """A heartbeat is the same request until the generation or identity changes (hot path)."""
+    def _heartbeat_send(self) -> Commands:
+        """A heartbeat is the same request (and command) until the generation or identity
+        changes (hot path)."""
         key = (self.api_versions[HEARTBEAT], self.generation_id, self.member_id, self.instance_id)
         cached = self._heartbeat
-        if cached is not None and cached[0] == key and cached[1].incarnation == self.incarnation:
+        if cached is not None and cached[0] == key and cached[1][0].incarnation == self.incarnation:
             return cached[1]
-        send = self._send(HEARTBEAT, self.heartbeat_values())
-        self._heartbeat = (key, send)
-        return send
+        commands = (self._send(HEARTBEAT, self.heartbeat_values()),)
+        self._heartbeat = (key, commands)
+        return commands
 
     def _assigned(self, response: Any) -> bool:
         """Keep the partitions SyncGroup gave; True when some owned ones were revoked."""
@@ -576,8 +508,11 @@ def _duration(ms: int) -> Any:
 
 __all__ = [
     "COMPANION_VERSIONS",
+    "DEFAULT_HEARTBEAT_INTERVAL_MS",
     "ERROR_REACTIONS",
     "GROUP_APIS",
+    "REQUEST_TIMEOUT_MS",
+    "RETRY_BACKOFF_MS",
     "VALID_PREVIOUS_STATES",
     "ClassicMember",
     "Command",

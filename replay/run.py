@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,7 +37,6 @@ from replay.coordinator import (
     RequestContext,
     Respond,
 )
-from replay.events import EventName, RebalanceEvent
 from replay.member import (
     HEARTBEAT,
     LEAVE,
@@ -51,6 +50,7 @@ from replay.member import (
 from replay.moves import schedule_restarts
 from replay.observe import Exchange, GroupObserver
 from replay.plan import RecordedMemberIds, ReplayPlan
+from replay.results import RunResult, check_expectations, not_run_result
 from replay.scenario import (
     AS_RECORDED,
     BounceOrder,
@@ -66,22 +66,6 @@ from replay.seats import Seat, apply_settings, closes_with_leave, new_seat, to_r
 MAX_ROLLING_SPAN_MS = 6 * 3_600_000
 """Longest rolling bounce a run carries out (members x rolling.interval_ms): the per-value bounds of
 replay.scenario cannot know the group's size, and a reference run simulates every heartbeat."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """One run of one scenario: its events, how many requests it sent, unmet expectations, and
-    (differential driver) what DescribeGroups said. `not_run` says why a run could not be carried
-    out (its one event is then a `not_run` row)."""
-
-    run: str
-    events: tuple[RebalanceEvent, ...]
-    rpcs: int = 0
-    simulated_ms: int = 0
-    failures: tuple[str, ...] = ()
-    describes: tuple[tuple[Any, ...], ...] = ()
-    not_run: str | None = None
-    steps: tuple[migration.StepStats, ...] = ()  # a protocol migration's view, step by step
 
 
 @dataclass(slots=True)
@@ -127,6 +111,9 @@ class Runner:
         # (kind, now_ms, flight, response): a synthetic capture records the run through this
         self.recorder: Callable[[str, int, InFlight, Any], None] | None = None
         self.on_close: Callable[[int, int], None] | None = None  # (connection_id, now_ms)
+        # A heartbeat sent and answered in one call (CoordinatorTransport.round_trip); True when
+        # it took the request, else the general path (submit, faults, transport) sends it.
+        self.round_trip: Callable[[int, Seat, Send], bool] | None = None
 
     @property
     def now_ms(self) -> int:
@@ -153,7 +140,15 @@ class Runner:
 
     def _wake(self, now_ms: int, arg: tuple[Seat, WakeAt]) -> None:
         seat, wake = arg
-        self.apply(now_ms, seat, seat.member.on_wake(now_ms, wake))
+        commands = seat.member.on_wake(now_ms, wake)
+        round_trip = self.round_trip
+        if (
+            round_trip is None
+            or len(commands) != 1
+            or type(send := commands[0]) is not Send
+            or not round_trip(now_ms, seat, send)
+        ):
+            self.apply(now_ms, seat, commands)
 
     def start(self, now_ms: int, seat: Seat) -> None:
         if seat.member.state is MemberState.UNJOINED:
@@ -212,6 +207,12 @@ class Runner:
 
     def _deliver_at(self, now_ms: int, arg: tuple[InFlight, Any]) -> None:
         self.deliver(now_ms, arg[0], arg[1])
+
+    def _answered(self, now_ms: int, arg: tuple[Seat, Send, Any]) -> None:
+        """What `deliver` does with a steady heartbeat's answer (CoordinatorTransport.round_trip)."""
+        seat, send, response = arg
+        if send.incarnation == seat.member.incarnation:
+            self.apply(now_ms, seat, seat.member.on_response(now_ms, send, response))
 
     def deliver(self, now_ms: int, flight: InFlight, response: Any) -> None:
         seat, send = flight.seat, flight.send
@@ -355,15 +356,6 @@ def _uneventful(send: Send, response: Any) -> bool:
     )
 
 
-def not_run_result(plan: ReplayPlan, scenario: Scenario, run: str, reason: str) -> RunResult:
-    """A run that could not be carried out: one `not_run` row per group (AGREED #1), never an absence."""
-    groups = sorted({script.group_id for script in plan.scripts})
-    events = tuple(
-        RebalanceEvent.not_run(plan.session_id, scenario.name, run, group_id, reason) for group_id in groups
-    )
-    return RunResult(run, events, not_run=reason)
-
-
 def _matches(selector: MemberSelector, seat: Seat) -> bool:
     return _could_match(selector, seat, is_leader=seat.member.is_leader)
 
@@ -441,6 +433,48 @@ class CoordinatorTransport:
             self.runner.recorder("request", now_ms, flight, None)
         self.outputs(now_ms, self.coordinator.handle(now_ms, context, flight.send.request))
 
+    def round_trip(self, now_ms: int, seat: Seat, send: Send) -> bool:
+        """A heartbeat woken by its timer, sent and answered in one call: the hot path of a long
+        replay, where almost every request is a heartbeat that changes nothing. It does what
+        `Runner.submit`, `send`, `_handle`, `outputs` and `Runner.deliver` do for it, without
+        their bookkeeping (no InFlight, queue or pending entry) as long as the answer is the only
+        output and the observer derives nothing from it (`_uneventful`); any other outcome is
+        handed to `outputs` exactly as `_handle` would have. The run must have no faults and no
+        recorder (`run_virtual` decides); a KIP-848 answer still goes through the heap, as
+        `outputs` sends it. False, having done nothing: another request of the connection is
+        unanswered. tests/test_replay_round_trip.py runs random scenarios both ways: same
+        events, requests and coordinator records."""
+        api_key = send.api_key
+        if api_key != HEARTBEAT and api_key != CONSUMER_HEARTBEAT:
+            return False
+        connection_id = seat.connection_id
+        if connection_id in self._queued:
+            return False
+        runner = self.runner
+        runner.rpcs += 1
+        self._correlation += 1
+        context = RequestContext(
+            connection_id=connection_id,
+            client_id=seat.script.client_id,
+            client_host="/127.0.0.1",
+            api_version=send.api_version,
+            correlation_id=self._correlation,
+        )
+        outputs = self.coordinator.handle(now_ms, context, send.request)
+        if len(outputs) == 1 and type(output := outputs[0]) is Respond and output.context is context:
+            response = output.response
+            if response.error_code == 0:
+                if api_key == HEARTBEAT:
+                    runner.apply(now_ms, seat, seat.member.on_response(now_ms, send, response))
+                    return True
+                if _uneventful(send, response):  # through the heap, as `outputs` delivers it
+                    runner.at(now_ms, runner._answered, (seat, send, response))
+                    return True
+        self._queued[connection_id] = []
+        self._pending[(connection_id, self._correlation)] = InFlight(seat, send, connection_id, now_ms)
+        self.outputs(now_ms, outputs)
+        return True
+
     def disconnect(self, connection_id: int, now_ms: int) -> None:
         """A classic-protocol coordinator does not track connections: nothing to tell it."""
 
@@ -481,6 +515,8 @@ def run_virtual(
     """Jump from member action to coordinator deadline until the scenario's end."""
     runner.transport = transport
     end_ms = runner.schedule()
+    if not runner.scenario.faults and runner.recorder is None:
+        runner.round_trip = transport.round_trip
     heap, clock = runner._heap, runner.clock
     last_report = 0
     while True:
@@ -530,49 +566,6 @@ def replay_reference(
     runner = Runner(plan, scenario, "reference")
     end_ms = run_virtual(runner, CoordinatorTransport(runner, config), progress)
     return runner.result(end_ms)
-
-
-# ---------------------------------------------------------------------------------------------
-# Expectations
-
-
-def check_expectations(
-    scenario: Scenario, events: Iterable[RebalanceEvent], window_start_ms: int, bounced: Sequence[str] = ()
-) -> list[str]:
-    """Unmet expectations. Member globs in `fenced`/`expired` match the group.instance.id a member
-    was fenced or expired under (fencing is about instance ids, KIP-345), else its member_key."""
-    rows = list(events)
-    in_window = [e for e in rows if e.ts_ms >= window_start_ms]
-    expect = scenario.expect
-    failures: list[str] = []
-    if expect.rebalances is not None:
-        seen = [e.member_key for e in in_window if e.event == EventName.REBALANCE_STARTED]
-        why = expect.rebalances.check(seen)
-        if why:
-            failures.append(f"rebalances: {why}")
-    for label, expectation, name in (
-        ("fenced", expect.fenced, EventName.MEMBER_FENCED),
-        ("expired", expect.expired, EventName.MEMBER_EXPIRED),
-    ):
-        if expectation is not None:
-            why = expectation.check([e.group_instance_id or e.member_key for e in rows if e.event == name])
-            if why:
-                failures.append(f"{label}: {why}")
-    if expect.leader_skips_assignment is not None:
-        skipped = any(
-            e.event == EventName.MEMBER_JOINED and e.is_leader and e.skip_assignment for e in in_window
-        )
-        if skipped != expect.leader_skips_assignment:
-            failures.append(
-                f"leader_skips_assignment: expected {str(expect.leader_skips_assignment).lower()}, "
-                f"saw {str(skipped).lower()}"
-            )
-    codes = {e.error_code for e in rows}
-    for code in expect.errors:
-        if code not in codes:
-            failures.append(f"errors: expected error code {code} ({ErrorCode(code).name}), not seen")
-    interval = scenario.rolling.interval_ms if scenario.rolling is not None else None
-    return failures + migration.check(expect.migration, rows, window_start_ms, interval, bounced)
 
 
 __all__ = [

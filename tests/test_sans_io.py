@@ -30,6 +30,7 @@ CORES = (
     "proxy.wire",
     "proxy.session",
     "replay.coordinator",
+    "replay.group_member",
     "replay.member",
     "replay.run",
     "replay.assignors",
