@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,19 +26,43 @@ BrokerFactory = Callable[..., Broker]
 _topic_counter = itertools.count(1)
 
 
+@dataclass(frozen=True)
+class BrokerStart:
+    """One broker the factory started: its spec and how long the start took (the suite's budget
+    is mostly broker starts and broker timers; the terminal summary lists these)."""
+
+    spec: str
+    seconds: float
+    replaced: str | None  # the spec stopped to make room, if any
+
+
+BROKER_STARTS: list[BrokerStart] = []
+
+
+def _spec_name(key: tuple[object, ...]) -> str:
+    kafka_version, new_coordinator, config, secure = key
+    parts = [str(kafka_version)]
+    if new_coordinator is not None:
+        parts.append("new" if new_coordinator else "classic")
+    parts += [f"{k}={v}" for k, v in config]  # type: ignore[attr-defined]
+    if secure:
+        parts.append("secure listeners")
+    return " ".join(parts)
+
+
 @pytest.fixture(scope="session")
 def broker_factory() -> Iterator[BrokerFactory]:
     """`broker_factory("3.9.2", new_coordinator=False, extra_config=None)` -> a running Broker.
 
     One broker per distinct spec for the whole session, stopped at session end. At most
-    `GROUP_REPLAY_MAX_BROKERS` (default 2) run at once: starting another stops the oldest, so a
-    2-core machine is never asked to run more.
+    `GROUP_REPLAY_MAX_BROKERS` (default 2) run at once: starting another stops the least recently
+    used one, so a 2-core machine is never asked to run more, and the specs in use stay up.
     """
     reason = missing_tools()
     if reason:
         pytest.skip(f"cannot run Kafka brokers: {reason}")
     limit = int(os.environ.get("GROUP_REPLAY_MAX_BROKERS", "2"))
-    running: dict[tuple[object, ...], Broker] = {}
+    running: dict[tuple[object, ...], Broker] = {}  # least recently used first
 
     def factory(
         kafka_version: str = KAFKA_39,
@@ -46,26 +71,41 @@ def broker_factory() -> Iterator[BrokerFactory]:
         secure_listeners: tuple[SecureListener, ...] = (),
     ) -> Broker:
         key = (kafka_version, new_coordinator, tuple(sorted((extra_config or {}).items())), secure_listeners)
-        broker = running.get(key)
+        broker = running.pop(key, None)
         if broker is not None and broker.is_running():
+            running[key] = broker  # now the most recently used
             return broker
-        if broker is not None:  # died under a test: report it, start a fresh one
-            running.pop(key)
+        replaced = None
         while len(running) >= limit:
             oldest = next(iter(running))
             running.pop(oldest).stop()
+            replaced = _spec_name(oldest)
+        started = time.monotonic()
         try:
             broker = start_broker(
                 kafka_version, new_coordinator, extra_config, progress=None, secure_listeners=secure_listeners
             )
         except (BrokerError, MavenError) as exc:
             pytest.fail(f"could not start Kafka {kafka_version}: {exc}", pytrace=False)
+        BROKER_STARTS.append(BrokerStart(_spec_name(key), time.monotonic() - started, replaced))
         running[key] = broker
         return broker
 
     yield factory
     for broker in running.values():
         broker.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many brokers the session started, and for what: a spec started more than once was
+    stopped to make room for others (see docs/ci.md, "The suite's budget")."""
+    if not BROKER_STARTS:
+        return
+    total = sum(s.seconds for s in BROKER_STARTS)
+    terminalreporter.section(f"broker starts: {len(BROKER_STARTS)}, {total:.0f} s")
+    for s in BROKER_STARTS:
+        replaced = f" (stopped {s.replaced})" if s.replaced else ""
+        terminalreporter.write_line(f"{s.seconds:6.1f}s {s.spec}{replaced}")
 
 
 @pytest.fixture
