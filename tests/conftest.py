@@ -245,3 +245,101 @@ def kafka_container(container_engine: object) -> Iterator[object]:
     container.start()
     yield container
     container.stop()
+
+
+# Under pytest-xdist (pyproject's addopts: `-n 2 --dist loadgroup`) the tests are sent to the
+# workers in groups, each group whole to one worker: a module is a group (its module fixtures are
+# made once), and the modules sharing an expensive session fixture are one group, so it is made
+# once, in one worker (each worker has its own `broker_factory`, Spark session, podman service).
+# The groups are named here by module path rather than by `xdist_group` marks: with pytest 9.2,
+# xdist 3.8's loadgroup silently stops grouping (it rewrites `item._nodeid`, which pytest 9.2 no
+# longer reads: pytest-dev/pytest-xdist#1386), so `pytest_xdist_make_scheduler` below groups by
+# this table. A module using one of these fixtures or marks must be listed under its group
+# (collection stops with the line to add otherwise).
+XDIST_GROUPS: dict[str, tuple[str, ...]] = {
+    "kafka-cluster": ("tests/test_proxy_cluster.py",),
+    "secure-broker": ("tests/test_proxy_sasl.py", "tests/test_proxy_tls.py"),
+    "containers": ("tests/test_container_kafka.py", "tests/test_harness_broker.py"),
+    "spark": (
+        "tests/test_ci_report.py",
+        "tests/test_corpus_ci.py",
+        "tests/test_corpus_validate.py",
+        "tests/test_demo.py",
+        "tests/test_events_contract.py",
+        "tests/test_validator_cli.py",
+        "tests/test_validator_cluster.py",
+        "tests/test_validator_golden.py",
+        "tests/test_validator_report.py",
+        "tests/test_validator_schemas.py",
+        "tests/test_validator_transforms.py",
+    ),
+}
+_GROUP_OF_MODULE = {module: group for group, modules in XDIST_GROUPS.items() for module in modules}
+# group -> (fixtures, marks) that put a module in it; the first rule a test matches wins
+_SHARED_BY = (
+    ("kafka-cluster", {"kafka_cluster"}, set()),
+    ("secure-broker", {"secure_broker", "_secure_setup"}, set()),
+    ("containers", {"container_engine", "kafka_container"}, {"container"}),
+    ("spark", set(), {"spark"}),
+)
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The group a test runs in: its module's shared group, else its module."""
+    module = nodeid.split("::", 1)[0].split("@", 1)[0]
+    return _GROUP_OF_MODULE.get(module, module)
+
+
+def _shared_group(item: pytest.Item) -> str | None:
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:  # a fixture named by a parameter (`request.getfixturevalue(name)`)
+        names |= {v for v in callspec.params.values() if isinstance(v, str)}
+    marks = {m.name for m in item.iter_markers()}
+    for group, fixtures, markers in _SHARED_BY:
+        if names & fixtures or marks & markers:
+            return group
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keeps XDIST_GROUPS true: a module sharing a session fixture is listed under its group."""
+    missing: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        shared = _shared_group(item)
+        if shared is not None and module not in _GROUP_OF_MODULE and module not in missing:
+            missing[module] = shared
+    if missing:
+        lines = "; ".join(f"{module!r} under {group!r}" for module, group in missing.items())
+        raise pytest.UsageError(f"tests/conftest.py XDIST_GROUPS: add {lines} (see docs/ci.md)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadgroup` as XDIST_GROUPS says (see above); other `--dist` modes are xdist's."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return ByGroup(config, log)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its broker starts to the controller (`pytest_testnodedown`)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["broker_starts"] = [(s.spec, s.seconds, s.replaced) for s in BROKER_STARTS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    output = getattr(node, "workeroutput", None) or {}
+    worker = (getattr(node, "workerinput", None) or {}).get("workerid", "?")
+    for spec, seconds, replaced in output.get("broker_starts", ()):
+        BROKER_STARTS.append(BrokerStart(f"[{worker}] {spec}", seconds, replaced))
