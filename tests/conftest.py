@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,19 +26,43 @@ BrokerFactory = Callable[..., Broker]
 _topic_counter = itertools.count(1)
 
 
+@dataclass(frozen=True)
+class BrokerStart:
+    """One broker the factory started: its spec and how long the start took (the suite's budget
+    is mostly broker starts and broker timers; the terminal summary lists these)."""
+
+    spec: str
+    seconds: float
+    replaced: str | None  # the spec stopped to make room, if any
+
+
+BROKER_STARTS: list[BrokerStart] = []
+
+
+def _spec_name(key: tuple[object, ...]) -> str:
+    kafka_version, new_coordinator, config, secure = key
+    parts = [str(kafka_version)]
+    if new_coordinator is not None:
+        parts.append("new" if new_coordinator else "classic")
+    parts += [f"{k}={v}" for k, v in config]  # type: ignore[attr-defined]
+    if secure:
+        parts.append("secure listeners")
+    return " ".join(parts)
+
+
 @pytest.fixture(scope="session")
 def broker_factory() -> Iterator[BrokerFactory]:
     """`broker_factory("3.9.2", new_coordinator=False, extra_config=None)` -> a running Broker.
 
     One broker per distinct spec for the whole session, stopped at session end. At most
-    `GROUP_REPLAY_MAX_BROKERS` (default 2) run at once: starting another stops the oldest, so a
-    2-core machine is never asked to run more.
+    `GROUP_REPLAY_MAX_BROKERS` (default 2) run at once: starting another stops the least recently
+    used one, so a 2-core machine is never asked to run more, and the specs in use stay up.
     """
     reason = missing_tools()
     if reason:
         pytest.skip(f"cannot run Kafka brokers: {reason}")
     limit = int(os.environ.get("GROUP_REPLAY_MAX_BROKERS", "2"))
-    running: dict[tuple[object, ...], Broker] = {}
+    running: dict[tuple[object, ...], Broker] = {}  # least recently used first
 
     def factory(
         kafka_version: str = KAFKA_39,
@@ -46,26 +71,41 @@ def broker_factory() -> Iterator[BrokerFactory]:
         secure_listeners: tuple[SecureListener, ...] = (),
     ) -> Broker:
         key = (kafka_version, new_coordinator, tuple(sorted((extra_config or {}).items())), secure_listeners)
-        broker = running.get(key)
+        broker = running.pop(key, None)
         if broker is not None and broker.is_running():
+            running[key] = broker  # now the most recently used
             return broker
-        if broker is not None:  # died under a test: report it, start a fresh one
-            running.pop(key)
+        replaced = None
         while len(running) >= limit:
             oldest = next(iter(running))
             running.pop(oldest).stop()
+            replaced = _spec_name(oldest)
+        started = time.monotonic()
         try:
             broker = start_broker(
                 kafka_version, new_coordinator, extra_config, progress=None, secure_listeners=secure_listeners
             )
         except (BrokerError, MavenError) as exc:
             pytest.fail(f"could not start Kafka {kafka_version}: {exc}", pytrace=False)
+        BROKER_STARTS.append(BrokerStart(_spec_name(key), time.monotonic() - started, replaced))
         running[key] = broker
         return broker
 
     yield factory
     for broker in running.values():
         broker.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many brokers the session started, and for what: a spec started more than once was
+    stopped to make room for others (see docs/ci.md, "The suite's budget")."""
+    if not BROKER_STARTS:
+        return
+    total = sum(s.seconds for s in BROKER_STARTS)
+    terminalreporter.section(f"broker starts: {len(BROKER_STARTS)}, {total:.0f} s")
+    for s in BROKER_STARTS:
+        replaced = f" (stopped {s.replaced})" if s.replaced else ""
+        terminalreporter.write_line(f"{s.seconds:6.1f}s {s.spec}{replaced}")
 
 
 @pytest.fixture
@@ -205,3 +245,87 @@ def kafka_container(container_engine: object) -> Iterator[object]:
     container.start()
     yield container
     container.stop()
+
+
+# Under pytest-xdist (pyproject's addopts: `-n 2 --dist loadgroup`) the tests are sent to the
+# workers in groups, each group whole to one worker: a module is a group (its module fixtures are
+# made once), and the modules sharing an expensive session fixture are one group, so it is made
+# once, in one worker (each worker has its own `broker_factory`, Spark session, podman service).
+# The groups are named here by module path rather than by `xdist_group` marks: with pytest 9.2,
+# xdist 3.8's loadgroup silently stops grouping (it rewrites `item._nodeid`, which pytest 9.2 no
+# longer reads: pytest-dev/pytest-xdist#1386), so `pytest_xdist_make_scheduler` below groups by
+# this table. A module using one of these fixtures or marks must be listed under its group
+# (collection stops with the line to add otherwise).
+XDIST_GROUPS: dict[str, tuple[str, ...]] = {
+    "kafka-cluster": ("tests/test_proxy_cluster.py",),
+    "secure-broker": ("tests/test_proxy_sasl.py", "tests/test_proxy_tls.py"),
+    "containers": ("tests/test_container_kafka.py", "tests/test_harness_broker.py"),
+}
+_GROUP_OF_MODULE = {module: group for group, modules in XDIST_GROUPS.items() for module in modules}
+# group -> (fixtures, marks) that put a module in it; the first rule a test matches wins
+_SHARED_BY = (
+    ("kafka-cluster", {"kafka_cluster"}, set()),
+    ("secure-broker", {"secure_broker", "_secure_setup"}, set()),
+    ("containers", {"container_engine", "kafka_container"}, {"container"}),
+)
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The group a test runs in: its module's shared group, else its module."""
+    module = nodeid.split("::", 1)[0].split("@", 1)[0]
+    return _GROUP_OF_MODULE.get(module, module)
+
+
+def _shared_group(item: pytest.Item) -> str | None:
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:  # a fixture named by a parameter (`request.getfixturevalue(name)`)
+        names |= {v for v in callspec.params.values() if isinstance(v, str)}
+    marks = {m.name for m in item.iter_markers()}
+    for group, fixtures, markers in _SHARED_BY:
+        if names & fixtures or marks & markers:
+            return group
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keeps XDIST_GROUPS true: a module sharing a session fixture is listed under its group."""
+    missing: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        shared = _shared_group(item)
+        if shared is not None and module not in _GROUP_OF_MODULE and module not in missing:
+            missing[module] = shared
+    if missing:
+        lines = "; ".join(f"{module!r} under {group!r}" for module, group in missing.items())
+        raise pytest.UsageError(f"tests/conftest.py XDIST_GROUPS: add {lines} (see docs/ci.md)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadgroup` as XDIST_GROUPS says (see above); other `--dist` modes are xdist's."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return ByGroup(config, log)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its broker starts to the controller (`pytest_testnodedown`)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["broker_starts"] = [(s.spec, s.seconds, s.replaced) for s in BROKER_STARTS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    output = getattr(node, "workeroutput", None) or {}
+    worker = (getattr(node, "workerinput", None) or {}).get("workerid", "?")
+    for spec, seconds, replaced in output.get("broker_starts", ()):
+        BROKER_STARTS.append(BrokerStart(f"[{worker}] {spec}", seconds, replaced))

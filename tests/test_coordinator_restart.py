@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -207,16 +208,21 @@ def test_serve_with_a_state_dir_survives_a_restart_as_a_kafka_broker_does(
     group = f"restart-{topic}"
     port = int(kafka_broker.bootstrap.rpartition(":")[2])
     asyncio.run(wait_coordinator_ready("127.0.0.1", port, (group,)))
-    kafka = observe_restart(kafka_broker.bootstrap, group, topic, kafka_broker.restart)
-    assert kafka["member ids kept"] and kafka["generation kept"] == "none", kafka
 
-    with _serve(topic, tmp_path / "state", behaviour) as (bootstrap, restart):
-        served = observe_restart(bootstrap, group, topic, restart)
+    def on_serve(state_dir: Path | None) -> dict[str, Any]:
+        with _serve(topic, state_dir, behaviour) as (bootstrap, restart):
+            return observe_restart(bootstrap, group, topic, restart)
+
+    # The three observations are independent (their own coordinator, members and restart) and
+    # mostly wait (settling, a dozen heartbeats, the broker's restart): they run concurrently.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        on_kafka = pool.submit(observe_restart, kafka_broker.bootstrap, group, topic, kafka_broker.restart)
+        on_served = pool.submit(on_serve, tmp_path / "state")
+        on_forgetful = pool.submit(on_serve, None)  # the control: a serve that forgets
+        kafka, served, forgetful = on_kafka.result(), on_served.result(), on_forgetful.result()
+    assert kafka["member ids kept"] and kafka["generation kept"] == "none", kafka
     assert served == kafka, (served, kafka)
     assert kafka["committed offsets after the restart"] == {0: 5, 1: 6}
-
-    with _serve(topic, None, behaviour) as (bootstrap, restart):  # the control: a serve that forgets
-        forgetful = observe_restart(bootstrap, group, topic, restart)
     # It forgets the group: the members rejoin (a rebalance) and their offsets are gone. (Their new
     # member ids equal the old ones: without a log the coordinator starts again at epoch 0 and the
     # same join order issues the same ids, the repetition the epoch in the log prevents.)

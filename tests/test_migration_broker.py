@@ -11,16 +11,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from harness.broker import Broker
 from harness.lines import KAFKA_4X, KAFKA_39
 from proxy.capture.reader import read_capture
 from replay.events import EventName
 from replay.live import replay_live
 from replay.migration import refused_members
 from replay.plan import ReplayPlan, build_plan
-from replay.run import replay_reference
+from replay.run import RunResult, replay_reference
 from replay.scenario import load_builtin
 from tests.test_migration_scenarios import CAPTURE
 
@@ -53,7 +56,8 @@ def _joins(events: tuple) -> dict[str, list[str | None]]:  # type: ignore[type-a
     return {k: [p for i, p in enumerate(v) if i == 0 or v[i - 1] != p] for k, v in joins.items()}
 
 
-# Every run against the broker is ~1 minute of live replay. The default suite takes one scenario per
+# Every run against the broker is ~1 minute of live replay (the runs go concurrently: `live_runs`).
+# The default suite takes one scenario per
 # migration policy and direction (upgrade, downgrade, each refusal, the kept consumer group); the
 # variants of the same path (dynamic/static x range/cooperative, offline, shared instance id) run
 # with GROUP_REPLAY_FULL_MIGRATION=1. The reference replays all of them in
@@ -65,29 +69,79 @@ _VARIANT = pytest.mark.skipif(
 )
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "classic-to-consumer-rolling-upgrade-static",
-        pytest.param("classic-to-consumer-rolling-upgrade", marks=_VARIANT),
-        "consumer-to-classic-rolling-downgrade",
-        pytest.param("classic-to-consumer-offline-migration", marks=_VARIANT),
-        "classic-to-consumer-upgrade-refused-custom-assignor",
-        "migration-policy-disabled-refuses-upgrade",
-        "migration-policy-upgrade-keeps-consumer-group",
-        "migration-policy-downgrade-refuses-upgrade",
-        pytest.param("instance-id-shared-across-protocols", marks=_VARIANT),
-        pytest.param("classic-to-consumer-rolling-upgrade-cooperative", marks=_VARIANT),
-        pytest.param("classic-to-consumer-rolling-upgrade-static-cooperative", marks=_VARIANT),
-    ],
-)
-def test_migration_on_kafka_43_meets_the_expectations_the_reference_meets(broker_factory, name: str) -> None:
+MIGRATION_SCENARIOS = [
+    "classic-to-consumer-rolling-upgrade-static",
+    pytest.param("classic-to-consumer-rolling-upgrade", marks=_VARIANT),
+    "consumer-to-classic-rolling-downgrade",
+    pytest.param("classic-to-consumer-offline-migration", marks=_VARIANT),
+    "classic-to-consumer-upgrade-refused-custom-assignor",
+    "migration-policy-disabled-refuses-upgrade",
+    "migration-policy-upgrade-keeps-consumer-group",
+    "migration-policy-downgrade-refuses-upgrade",
+    pytest.param("instance-id-shared-across-protocols", marks=_VARIANT),
+    pytest.param("classic-to-consumer-rolling-upgrade-cooperative", marks=_VARIANT),
+    pytest.param("classic-to-consumer-rolling-upgrade-static-cooperative", marks=_VARIANT),
+]
+_TEST = "test_migration_on_kafka_43_meets_the_expectations_the_reference_meets"
+
+
+def _selected(session: pytest.Session) -> list[str]:
+    """The scenario names this session runs (the parametrized items selected and not skipped)."""
+    names = []
+    for item in session.items:
+        if item.originalname != _TEST or not isinstance(item, pytest.Function):
+            continue
+        skipped = any(m.args and m.args[0] for m in item.iter_markers("skipif"))
+        if not skipped:
+            names.append(item.callspec.params["name"])
+    return names
+
+
+@pytest.fixture(scope="module")
+def live_runs(
+    broker_factory: Callable[..., Broker], request: pytest.FixtureRequest
+) -> dict[str, tuple[ReplayPlan, RunResult]]:
+    """scenario name -> (its plan, its live run), the selected scenarios run concurrently.
+
+    Each run is about a minute of scaled real time spent waiting on the broker's timers, so the
+    runs of one policy share that policy's broker (each in its own renamed group) and go
+    together; the policy is a static broker config (Kafka 4.3.1 reads
+    `group.consumer.migration.policy` once into GroupCoordinatorConfig; it is not in
+    GroupCoordinatorConfig.RECONFIGURABLE_CONFIGS, so IncrementalAlterConfigs cannot change it),
+    hence one broker per policy, as many policies at once as the factory keeps brokers running
+    (GROUP_REPLAY_MAX_BROKERS, default 2)."""
+    by_policy: dict[str, list[str]] = {}
+    for name in _selected(request.session):
+        by_policy.setdefault(load_builtin(name).broker.migration_policy.value, []).append(name)
+    limit = int(os.environ.get("GROUP_REPLAY_MAX_BROKERS", "2"))
+    policies = list(by_policy)
+    results: dict[str, tuple[ReplayPlan, RunResult]] = {}
+    for start in range(0, len(policies), limit):
+        brokers = {
+            policy: broker_factory(KAFKA_4X, extra_config={"group.consumer.migration.policy": policy})
+            for policy in policies[start : start + limit]
+        }
+        runs = [(name, broker) for policy, broker in brokers.items() for name in by_policy[policy]]
+        with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+            futures = {name: pool.submit(_live, name, broker.bootstrap) for name, broker in runs}
+            results.update({name: future.result() for name, future in futures.items()})
+    return results
+
+
+def _live(name: str, bootstrap: str) -> tuple[ReplayPlan, RunResult]:
+    plan = _fresh_group(build_plan(read_capture(CAPTURE), CAPTURE.stem), uuid.uuid4().hex[:8])
+    return plan, replay_live(
+        plan, load_builtin(name), address=bootstrap, run=f"broker-{KAFKA_4X}", speed=SPEED
+    )
+
+
+@pytest.mark.parametrize("name", MIGRATION_SCENARIOS)
+def test_migration_on_kafka_43_meets_the_expectations_the_reference_meets(
+    live_runs: dict[str, tuple[ReplayPlan, RunResult]], name: str
+) -> None:
     assert KAFKA_4X.startswith("4.")
     scenario = load_builtin(name)
-    policy = scenario.broker.migration_policy.value  # the broker runs with the scenario's policy
-    broker = broker_factory(KAFKA_4X, extra_config={"group.consumer.migration.policy": policy})
-    plan = _fresh_group(build_plan(read_capture(CAPTURE), CAPTURE.stem), uuid.uuid4().hex[:8])
-    live = replay_live(plan, scenario, address=broker.bootstrap, run=f"broker-{KAFKA_4X}", speed=SPEED)
+    plan, live = live_runs[name]
     reference = replay_reference(plan, scenario)
     assert live.not_run is None and live.failures == (), live.failures
     assert reference.failures == ()
