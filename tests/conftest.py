@@ -260,6 +260,19 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
     "kafka-cluster": ("tests/test_proxy_cluster.py",),
     "secure-broker": ("tests/test_proxy_sasl.py", "tests/test_proxy_tls.py"),
     "containers": ("tests/test_container_kafka.py", "tests/test_harness_broker.py"),
+    "spark": (
+        "tests/test_ci_report.py",
+        "tests/test_corpus_ci.py",
+        "tests/test_corpus_validate.py",
+        "tests/test_demo.py",
+        "tests/test_events_contract.py",
+        "tests/test_validator_cli.py",
+        "tests/test_validator_cluster.py",
+        "tests/test_validator_golden.py",
+        "tests/test_validator_report.py",
+        "tests/test_validator_schemas.py",
+        "tests/test_validator_transforms.py",
+    ),
 }
 _GROUP_OF_MODULE = {module: group for group, modules in XDIST_GROUPS.items() for module in modules}
 # group -> (fixtures, marks) that put a module in it; the first rule a test matches wins
@@ -267,6 +280,7 @@ _SHARED_BY = (
     ("kafka-cluster", {"kafka_cluster"}, set()),
     ("secure-broker", {"secure_broker", "_secure_setup"}, set()),
     ("containers", {"container_engine", "kafka_container"}, {"container"}),
+    ("spark", set(), {"spark"}),
 )
 
 
