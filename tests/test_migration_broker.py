@@ -56,6 +56,25 @@ def _joins(events: tuple) -> dict[str, list[str | None]]:  # type: ignore[type-a
     return {k: [p for i, p in enumerate(v) if i == 0 or v[i - 1] != p] for k, v in joins.items()}
 
 
+def _trace(events: tuple) -> str:  # type: ignore[type-arg]
+    """The run's membership and assignment events, one a line: what to read when a live run
+    misses an expectation (which member joined when, holding what)."""
+    kinds = {
+        EventName.MEMBER_JOINED,
+        EventName.MEMBER_LEFT,
+        EventName.ASSIGNMENT_RECEIVED,
+        EventName.ASSIGNMENT_REVOKED,
+        EventName.GROUP_CONVERTED,
+        EventName.REQUEST_FAILED,
+    }
+    return "\n".join(
+        f"{e.ts_ms:>7} {e.event} {e.member_key} {e.protocol} {e.group_type} err={e.error_code} "
+        f"{e.assignment or ''}"
+        for e in events
+        if e.event in kinds
+    )
+
+
 # Every run against the broker is ~1 minute of live replay (the runs go concurrently: `live_runs`).
 # The default suite takes one scenario per
 # migration policy and direction (upgrade, downgrade, each refusal, the kept consumer group); the
@@ -72,15 +91,7 @@ _VARIANT = pytest.mark.skipif(
 MIGRATION_SCENARIOS = [
     "classic-to-consumer-rolling-upgrade-static",
     pytest.param("classic-to-consumer-rolling-upgrade", marks=_VARIANT),
-    pytest.param(
-        "consumer-to-classic-rolling-downgrade",
-        marks=pytest.mark.xfail(
-            strict=False,
-            reason="open (issue 14): on a policy broker shared with the other cases a classic member "
-            "rejoins 3 times in step 1 (expected <= 2); alone on a fresh broker it passes (bisected to "
-            "the shared-broker changes, not replay's); the reference meets it",
-        ),
-    ),
+    "consumer-to-classic-rolling-downgrade",
     pytest.param("classic-to-consumer-offline-migration", marks=_VARIANT),
     "classic-to-consumer-upgrade-refused-custom-assignor",
     "migration-policy-disabled-refuses-upgrade",
@@ -151,7 +162,7 @@ def test_migration_on_kafka_43_meets_the_expectations_the_reference_meets(
     scenario = load_builtin(name)
     plan, live = live_runs[name]
     reference = replay_reference(plan, scenario)
-    assert live.not_run is None and live.failures == (), live.failures
+    assert live.not_run is None and live.failures == (), (live.failures, _trace(live.events))
     assert reference.failures == ()
     # the same migration: every member classic, then consumer; converted once; nobody refused
     assert _joins(live.events) == _joins(reference.events)
