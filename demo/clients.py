@@ -112,33 +112,35 @@ def java_source() -> str:
 def compiled_java_consumer(progress: ProgressCallback | None = None) -> Path:
     """Directory holding GroupConsumer.class, compiled with javac --release 8 if not cached."""
     source = java_source()
+    return compile_cached("GroupConsumer", source, JAVA_COMPILE_AGAINST, release="8", progress=progress)
+
+
+def compile_cached(
+    name: str,
+    source: str,
+    clients_version: str,
+    *,
+    release: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> Path:
+    """Directory holding `name`.class, compiled from `source` (the public class `name`) with javac
+    against kafka-clients `clients_version`, once per source: cached under the harness cache by
+    the source's digest, built in a staging directory renamed into place when javac succeeds."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    out = paths.cache_root() / "java" / f"GroupConsumer-{digest}"
-    if (out / "GroupConsumer.class").exists():
+    out = paths.cache_root() / "java" / f"{name}-{digest}"
+    if (out / f"{name}.class").exists():
         return out
     javac = shutil.which("javac")
     if javac is None:
         raise ClientError("javac not found on PATH: install a JDK (Debian: openjdk-17-jdk-headless)")
-    libs = client_libs(JAVA_COMPILE_AGAINST, progress)
+    libs = client_libs(clients_version, progress)
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    (staging / "GroupConsumer.java").write_text(source)
-    result = subprocess.run(
-        [
-            javac,
-            "--release",
-            "8",
-            "-nowarn",
-            "-cp",
-            f"{libs}/*",
-            "-d",
-            str(staging),
-            str(staging / "GroupConsumer.java"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    (staging / f"{name}.java").write_text(source, encoding="utf-8")
+    flags = ["--release", release, "-nowarn"] if release else []
+    argv = [javac, *flags, "-cp", f"{libs}/*", "-d", str(staging), str(staging / f"{name}.java")]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise ClientError(f"javac failed:\n{result.stdout}{result.stderr}")
     shutil.rmtree(out, ignore_errors=True)

@@ -22,6 +22,8 @@ from typing import Any, Final, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from proxy.wire.entities import build_tree
+
 RETRY_BACKOFF_MS: Final = 100  # retry.backoff.ms
 REQUEST_TIMEOUT_MS: Final = 30_000  # request.timeout.ms
 
@@ -101,9 +103,7 @@ class GroupMember(Protocol):
 
 def from_values(cls: type[Any], values: Mapping[str, Any]) -> Any:
     """A kio entity of class `cls` from plain values (nested entries as mappings, absent = default)."""
-    from proxy.wire.convert import _build  # the one mapping -> kio builder until proxy.wire exports one
-
-    return _build(cls, values, "", [])
+    return build_tree(cls, values)
 
 
 __all__ = [

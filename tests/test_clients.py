@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
+import uuid
+
 import pytest
 
-from demo.clients import ClientEvent, ClientKind, ConsumerSpec, command_for, start_consumer
+from demo.clients import (
+    JAVA_COMPILE_AGAINST,
+    ClientError,
+    ClientEvent,
+    ClientKind,
+    ConsumerSpec,
+    command_for,
+    compile_cached,
+    start_consumer,
+)
 from harness.lines import KAFKA_39
 
 KINDS = [
@@ -36,6 +48,27 @@ def test_dynamic_member_has_no_instance_flag() -> None:
     static = ConsumerSpec(ClientKind.AIOKAFKA, "127.0.0.1:9", "g", ("t",), group_instance_id="i-1")
     cmd = command_for(static)
     assert cmd[cmd.index("--instance") + 1] == "i-1"
+
+
+def test_compile_cached_compiles_once_per_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """javac runs for a new source only (the second call finds the class without a JDK on PATH),
+    and a source javac refuses is a ClientError carrying javac's message."""
+    if shutil.which("javac") is None:
+        pytest.skip("no JDK on PATH")
+    name = f"CacheProbe{uuid.uuid4().hex[:8]}"
+    source = f"public class {name} {{ static org.apache.kafka.clients.consumer.KafkaConsumer<?, ?> c; }}\n"
+    out = compile_cached(name, source, JAVA_COMPILE_AGAINST, release="8")
+    try:
+        assert (out / f"{name}.class").is_file()
+        with monkeypatch.context() as patched:
+            patched.setenv("PATH", "")
+            assert compile_cached(name, source, JAVA_COMPILE_AGAINST, release="8") == out
+        broken = out.with_name(f"{name}Broken")
+        with pytest.raises(ClientError, match=r"(?s)javac failed:.*error"):
+            compile_cached(broken.name, f"public class {broken.name} {{ nope }}", JAVA_COMPILE_AGAINST)
+    finally:
+        for leftover in out.parent.glob(f"{name}*"):
+            shutil.rmtree(leftover)
 
 
 @pytest.mark.integration

@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from demo.clients import compile_cached
 from harness.admin import create_topic
 from harness.maven import client_libs
 from proxy.wire.errors import ErrorCode
@@ -189,14 +190,12 @@ class JavaMember:
 
 
 @pytest.fixture(scope="module")
-def java_member_classes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def java_member_classes() -> tuple[Path, Path]:
     if shutil.which("javac") is None or shutil.which("java") is None:
         pytest.skip("no JDK on PATH")
-    libs = client_libs("4.3.1", None)
-    out = tmp_path_factory.mktemp("java")
     source = Path(__file__).parent / "java" / "ConsumerProtocolMember.java"
-    subprocess.run(["javac", "-cp", f"{libs}/*", "-d", str(out), str(source)], check=True, timeout=300)
-    return out, libs
+    out = compile_cached("ConsumerProtocolMember", source.read_text(encoding="utf-8"), "4.3.1")
+    return out, client_libs("4.3.1", None)
 
 
 @pytest.mark.integration

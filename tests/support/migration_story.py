@@ -23,9 +23,7 @@ tests/test_migration_capture_e2e.py (through the recording proxy, live) and by
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from demo.clients import ClientKind, ConsumerSpec, command_for
-from harness import paths
+from demo.clients import ClientKind, ConsumerSpec, command_for, compile_cached
 from harness.maven import client_libs, java_path
 
 JAVA_CLIENTS = "4.3.1"
@@ -158,22 +155,7 @@ class Running:
 
 def java_member_classes() -> Path:
     """ConsumerProtocolMember.class compiled against kafka-clients JAVA_CLIENTS (cached by source)."""
-    source = JAVA_MEMBER.read_text(encoding="utf-8")
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    out = paths.cache_root() / "java" / f"ConsumerProtocolMember-{digest}"
-    if (out / "ConsumerProtocolMember.class").exists():
-        return out
-    javac = shutil.which("javac")
-    if javac is None:
-        raise RuntimeError("javac not found: the Java consumer-protocol member needs a JDK")
-    staging = out.with_name(out.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    libs = client_libs(JAVA_CLIENTS)
-    subprocess.run([javac, "-cp", f"{libs}/*", "-d", str(staging), str(JAVA_MEMBER)], check=True, timeout=300)
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
-    return out
+    return compile_cached("ConsumerProtocolMember", JAVA_MEMBER.read_text(encoding="utf-8"), JAVA_CLIENTS)
 
 
 def start_member(member: StoryMember, protocol: str, bootstrap: str, group: str, topic: str) -> Running:
