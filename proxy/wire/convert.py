@@ -193,6 +193,31 @@ def _same(value: Any, default: Any) -> bool:
 _Adapter = Callable[[dict[str, Any], int, int, Any, list[FieldLoss]], None]
 
 
+def _pop_one(
+    values: dict[str, Any],
+    name: str,
+    dst: int,
+    losses: list[FieldLoss],
+    noun: str,
+    lost: Callable[[Any], Any] = len,
+) -> Any:
+    """Pops the array `name` that v`dst` carries as one value (Kafka's single-key/-group/-member
+    versions): its first element or None, with a loss (`lost(array)`) unless it held exactly one."""
+    items = values.pop(name)
+    if len(items) != 1:
+        losses.append(FieldLoss(name, lost(items), f"v{dst} carries exactly one{noun}"))
+    return items[0] if items else None
+
+
+def _note_dropped(
+    path: str, rest: dict[str, Any], defaults: dict[str, Any], dst: int, losses: list[FieldLoss]
+) -> None:
+    """A loss for each field of `path` v`dst` has no place for, unless it holds its default."""
+    for name, value in rest.items():
+        if not _same(value, defaults.get(name)):
+            losses.append(FieldLoss(f"{path}.{name}", value, f"absent in v{dst}"))
+
+
 def _join_group_request(
     values: dict[str, Any], src: int, dst: int, _req: Any, losses: list[FieldLoss]
 ) -> None:
@@ -218,14 +243,10 @@ def _leave_group_request(
     if src < 3 <= dst:
         values["members"] = ({"member_id": values.pop("member_id")},)
     elif dst < 3 <= src:
-        members = values.pop("members")
-        if len(members) != 1:
-            losses.append(FieldLoss("members", len(members), f"v{dst} carries exactly one member"))
-        first, first_defaults = _read(members[0]) if members else ({"member_id": ""}, {})
+        member = _pop_one(values, "members", dst, losses, " member")
+        first, first_defaults = _read(member) if member is not None else ({"member_id": ""}, {})
         values["member_id"] = first.pop("member_id")
-        for name, value in first.items():
-            if not _same(value, first_defaults.get(name, None)):
-                losses.append(FieldLoss(f"members[0].{name}", value, f"absent in v{dst}"))
+        _note_dropped("members[0]", first, first_defaults, dst, losses)
 
 
 def _leave_group_response(
@@ -261,10 +282,8 @@ def _find_coordinator_request(
     if src < 4 <= dst:
         values["coordinator_keys"] = (values.pop("key"),)
     elif dst < 4 <= src:
-        keys = values.pop("coordinator_keys")
-        if len(keys) != 1:
-            losses.append(FieldLoss("coordinator_keys", tuple(keys), f"v{dst} carries exactly one key"))
-        values["key"] = keys[0] if keys else ""
+        key = _pop_one(values, "coordinator_keys", dst, losses, " key", lost=tuple)
+        values["key"] = key if key is not None else ""
 
 
 def _find_coordinator_response(
@@ -279,11 +298,9 @@ def _find_coordinator_response(
         coordinator["key"] = key
         values["coordinators"] = (coordinator,)
     elif dst < 4 <= src:
-        coordinators = values.pop("coordinators")
-        if len(coordinators) != 1:
-            losses.append(FieldLoss("coordinators", len(coordinators), f"v{dst} carries exactly one"))
-        if coordinators:
-            first, _ = _read(coordinators[0])
+        coordinator = _pop_one(values, "coordinators", dst, losses, "")
+        if coordinator is not None:
+            first, _ = _read(coordinator)
             first.pop("key", None)
             message = first.pop("error_message", None)
             if dst >= 1:
@@ -299,15 +316,11 @@ def _offset_fetch_request(
     if src < 8 <= dst:
         values["groups"] = ({"group_id": values.pop("group_id"), "topics": values.pop("topics")},)
     elif dst < 8 <= src:
-        groups = values.pop("groups")
-        if len(groups) != 1:
-            losses.append(FieldLoss("groups", len(groups), f"v{dst} carries exactly one group"))
-        group, group_defaults = _read(groups[0]) if groups else ({"group_id": "", "topics": ()}, {})
+        one = _pop_one(values, "groups", dst, losses, " group")
+        group, group_defaults = _read(one) if one is not None else ({"group_id": "", "topics": ()}, {})
         values["group_id"] = group.pop("group_id")
         values["topics"] = group.pop("topics")
-        for name, value in group.items():
-            if not _same(value, group_defaults.get(name)):
-                losses.append(FieldLoss(f"groups[0].{name}", value, f"absent in v{dst}"))
+        _note_dropped("groups[0]", group, group_defaults, dst, losses)
 
 
 def _offset_fetch_response(
@@ -327,10 +340,8 @@ def _offset_fetch_response(
             },
         )
     elif dst < 8 <= src:
-        groups = values.pop("groups")
-        if len(groups) != 1:
-            losses.append(FieldLoss("groups", len(groups), f"v{dst} carries exactly one group"))
-        group, _ = _read(groups[0]) if groups else ({"topics": (), "error_code": ErrorCode.none}, {})
+        one = _pop_one(values, "groups", dst, losses, " group")
+        group, _ = _read(one) if one is not None else ({"topics": (), "error_code": ErrorCode.none}, {})
         values["topics"] = group["topics"]
         if dst >= 2:  # the top-level ErrorCode is "versions": "2-7" in OffsetFetchResponse.json
             values["error_code"] = group["error_code"]
