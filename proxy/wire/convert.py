@@ -209,6 +209,37 @@ def _pop_one(
     return items[0] if items else None
 
 
+def _moved_into_one(
+    values: dict[str, Any],
+    src: int,
+    dst: int,
+    losses: list[FieldLoss],
+    *,
+    since: int,
+    array: str,
+    empty: Mapping[str, Any],
+    noun: str,
+) -> None:
+    """Top-level fields (the keys of `empty`, their values when the array is empty) that v`since`
+    moved into the array `array` (LeaveGroup v3 `members`, OffsetFetch v8 `groups`)."""
+    if src < since <= dst:
+        values[array] = ({name: values.pop(name) for name in empty},)
+    elif dst < since <= src:
+        one = _pop_one(values, array, dst, losses, noun)
+        moved, defaults = _read(one) if one is not None else (dict(empty), {})
+        for name in empty:
+            values[name] = moved.pop(name)
+        _note_dropped(f"{array}[0]", moved, defaults, dst, losses)
+
+
+def _asked(request: Any, name: str, array: str, element: Callable[[Any], str]) -> str:
+    """What the request a response answers asked for, in either of its versions' shapes: its
+    top-level `name`, else that of the first of `array` ("" without a request)."""
+    if request is None:
+        return ""
+    return getattr(request, name, None) or next((element(item) for item in getattr(request, array, ())), "")
+
+
 def _note_dropped(
     path: str, rest: dict[str, Any], defaults: dict[str, Any], dst: int, losses: list[FieldLoss]
 ) -> None:
@@ -240,13 +271,8 @@ def _join_group_response(
 def _leave_group_request(
     values: dict[str, Any], src: int, dst: int, _req: Any, losses: list[FieldLoss]
 ) -> None:
-    if src < 3 <= dst:
-        values["members"] = ({"member_id": values.pop("member_id")},)
-    elif dst < 3 <= src:
-        member = _pop_one(values, "members", dst, losses, " member")
-        first, first_defaults = _read(member) if member is not None else ({"member_id": ""}, {})
-        values["member_id"] = first.pop("member_id")
-        _note_dropped("members[0]", first, first_defaults, dst, losses)
+    empty = {"member_id": ""}
+    _moved_into_one(values, src, dst, losses, since=3, array="members", empty=empty, noun=" member")
 
 
 def _leave_group_response(
@@ -290,9 +316,7 @@ def _find_coordinator_response(
     values: dict[str, Any], src: int, dst: int, request: Any, losses: list[FieldLoss]
 ) -> None:
     if src < 4 <= dst:
-        key = ""
-        if request is not None:
-            key = getattr(request, "key", None) or next(iter(getattr(request, "coordinator_keys", ())), "")
+        key = _asked(request, "key", "coordinator_keys", lambda key: key)
         coordinator = {name: values.pop(name) for name in ("node_id", "host", "port", "error_code")}
         coordinator["error_message"] = values.pop("error_message", None)
         coordinator["key"] = key
@@ -313,25 +337,15 @@ def _find_coordinator_response(
 def _offset_fetch_request(
     values: dict[str, Any], src: int, dst: int, _req: Any, losses: list[FieldLoss]
 ) -> None:
-    if src < 8 <= dst:
-        values["groups"] = ({"group_id": values.pop("group_id"), "topics": values.pop("topics")},)
-    elif dst < 8 <= src:
-        one = _pop_one(values, "groups", dst, losses, " group")
-        group, group_defaults = _read(one) if one is not None else ({"group_id": "", "topics": ()}, {})
-        values["group_id"] = group.pop("group_id")
-        values["topics"] = group.pop("topics")
-        _note_dropped("groups[0]", group, group_defaults, dst, losses)
+    empty = {"group_id": "", "topics": ()}
+    _moved_into_one(values, src, dst, losses, since=8, array="groups", empty=empty, noun=" group")
 
 
 def _offset_fetch_response(
     values: dict[str, Any], src: int, dst: int, request: Any, losses: list[FieldLoss]
 ) -> None:
     if src < 8 <= dst:
-        group_id = ""
-        if request is not None:
-            group_id = getattr(request, "group_id", None) or next(
-                (g.group_id for g in getattr(request, "groups", ())), ""
-            )
+        group_id = _asked(request, "group_id", "groups", lambda group: group.group_id)
         values["groups"] = (
             {
                 "group_id": group_id,
