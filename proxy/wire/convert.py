@@ -193,6 +193,62 @@ def _same(value: Any, default: Any) -> bool:
 _Adapter = Callable[[dict[str, Any], int, int, Any, list[FieldLoss]], None]
 
 
+def _pop_one(
+    values: dict[str, Any],
+    name: str,
+    dst: int,
+    losses: list[FieldLoss],
+    noun: str,
+    lost: Callable[[Any], Any] = len,
+) -> Any:
+    """Pops the array `name` that v`dst` carries as one value (Kafka's single-key/-group/-member
+    versions): its first element or None, with a loss (`lost(array)`) unless it held exactly one."""
+    items = values.pop(name)
+    if len(items) != 1:
+        losses.append(FieldLoss(name, lost(items), f"v{dst} carries exactly one{noun}"))
+    return items[0] if items else None
+
+
+def _moved_into_one(
+    values: dict[str, Any],
+    src: int,
+    dst: int,
+    losses: list[FieldLoss],
+    *,
+    since: int,
+    array: str,
+    empty: Mapping[str, Any],
+    noun: str,
+) -> None:
+    """Top-level fields (the keys of `empty`, their values when the array is empty) that v`since`
+    moved into the array `array` (LeaveGroup v3 `members`, OffsetFetch v8 `groups`)."""
+    if src < since <= dst:
+        values[array] = ({name: values.pop(name) for name in empty},)
+    elif dst < since <= src:
+        one = _pop_one(values, array, dst, losses, noun)
+        moved, defaults = _read(one) if one is not None else (dict(empty), {})
+        for name in empty:
+            values[name] = moved.pop(name)
+        _note_dropped(f"{array}[0]", moved, defaults, dst, losses)
+
+
+def _asked(request: Any, name: str, array: str, element: Callable[[Any], str]) -> str:
+    """What the request a response answers asked for, in either of its versions' shapes: its
+    top-level `name`, else that of the first of `array` ("" without a request)."""
+    if request is None:
+        return ""
+    return getattr(request, name, None) or next((element(item) for item in getattr(request, array, ())), "")
+
+
+def _note_dropped(
+    path: str, rest: dict[str, Any], defaults: dict[str, Any], dst: int, losses: list[FieldLoss]
+) -> None:
+    """A loss for each field of `path` v`dst` has no place for, unless it holds its default."""
+    for name, value in rest.items():
+        if not _same(value, defaults.get(name)):
+            losses.append(FieldLoss(f"{path}.{name}", value, f"absent in v{dst}"))
+
+
 def _join_group_request(
     values: dict[str, Any], src: int, dst: int, _req: Any, losses: list[FieldLoss]
 ) -> None:
@@ -215,17 +271,8 @@ def _join_group_response(
 def _leave_group_request(
     values: dict[str, Any], src: int, dst: int, _req: Any, losses: list[FieldLoss]
 ) -> None:
-    if src < 3 <= dst:
-        values["members"] = ({"member_id": values.pop("member_id")},)
-    elif dst < 3 <= src:
-        members = values.pop("members")
-        if len(members) != 1:
-            losses.append(FieldLoss("members", len(members), f"v{dst} carries exactly one member"))
-        first, first_defaults = _read(members[0]) if members else ({"member_id": ""}, {})
-        values["member_id"] = first.pop("member_id")
-        for name, value in first.items():
-            if not _same(value, first_defaults.get(name, None)):
-                losses.append(FieldLoss(f"members[0].{name}", value, f"absent in v{dst}"))
+    empty = {"member_id": ""}
+    _moved_into_one(values, src, dst, losses, since=3, array="members", empty=empty, noun=" member")
 
 
 def _leave_group_response(
@@ -261,29 +308,23 @@ def _find_coordinator_request(
     if src < 4 <= dst:
         values["coordinator_keys"] = (values.pop("key"),)
     elif dst < 4 <= src:
-        keys = values.pop("coordinator_keys")
-        if len(keys) != 1:
-            losses.append(FieldLoss("coordinator_keys", tuple(keys), f"v{dst} carries exactly one key"))
-        values["key"] = keys[0] if keys else ""
+        key = _pop_one(values, "coordinator_keys", dst, losses, " key", lost=tuple)
+        values["key"] = key if key is not None else ""
 
 
 def _find_coordinator_response(
     values: dict[str, Any], src: int, dst: int, request: Any, losses: list[FieldLoss]
 ) -> None:
     if src < 4 <= dst:
-        key = ""
-        if request is not None:
-            key = getattr(request, "key", None) or next(iter(getattr(request, "coordinator_keys", ())), "")
+        key = _asked(request, "key", "coordinator_keys", lambda key: key)
         coordinator = {name: values.pop(name) for name in ("node_id", "host", "port", "error_code")}
         coordinator["error_message"] = values.pop("error_message", None)
         coordinator["key"] = key
         values["coordinators"] = (coordinator,)
     elif dst < 4 <= src:
-        coordinators = values.pop("coordinators")
-        if len(coordinators) != 1:
-            losses.append(FieldLoss("coordinators", len(coordinators), f"v{dst} carries exactly one"))
-        if coordinators:
-            first, _ = _read(coordinators[0])
+        coordinator = _pop_one(values, "coordinators", dst, losses, "")
+        if coordinator is not None:
+            first, _ = _read(coordinator)
             first.pop("key", None)
             message = first.pop("error_message", None)
             if dst >= 1:
@@ -296,29 +337,15 @@ def _find_coordinator_response(
 def _offset_fetch_request(
     values: dict[str, Any], src: int, dst: int, _req: Any, losses: list[FieldLoss]
 ) -> None:
-    if src < 8 <= dst:
-        values["groups"] = ({"group_id": values.pop("group_id"), "topics": values.pop("topics")},)
-    elif dst < 8 <= src:
-        groups = values.pop("groups")
-        if len(groups) != 1:
-            losses.append(FieldLoss("groups", len(groups), f"v{dst} carries exactly one group"))
-        group, group_defaults = _read(groups[0]) if groups else ({"group_id": "", "topics": ()}, {})
-        values["group_id"] = group.pop("group_id")
-        values["topics"] = group.pop("topics")
-        for name, value in group.items():
-            if not _same(value, group_defaults.get(name)):
-                losses.append(FieldLoss(f"groups[0].{name}", value, f"absent in v{dst}"))
+    empty = {"group_id": "", "topics": ()}
+    _moved_into_one(values, src, dst, losses, since=8, array="groups", empty=empty, noun=" group")
 
 
 def _offset_fetch_response(
     values: dict[str, Any], src: int, dst: int, request: Any, losses: list[FieldLoss]
 ) -> None:
     if src < 8 <= dst:
-        group_id = ""
-        if request is not None:
-            group_id = getattr(request, "group_id", None) or next(
-                (g.group_id for g in getattr(request, "groups", ())), ""
-            )
+        group_id = _asked(request, "group_id", "groups", lambda group: group.group_id)
         values["groups"] = (
             {
                 "group_id": group_id,
@@ -327,10 +354,8 @@ def _offset_fetch_response(
             },
         )
     elif dst < 8 <= src:
-        groups = values.pop("groups")
-        if len(groups) != 1:
-            losses.append(FieldLoss("groups", len(groups), f"v{dst} carries exactly one group"))
-        group, _ = _read(groups[0]) if groups else ({"topics": (), "error_code": ErrorCode.none}, {})
+        one = _pop_one(values, "groups", dst, losses, " group")
+        group, _ = _read(one) if one is not None else ({"topics": (), "error_code": ErrorCode.none}, {})
         values["topics"] = group["topics"]
         if dst >= 2:  # the top-level ErrorCode is "versions": "2-7" in OffsetFetchResponse.json
             values["error_code"] = group["error_code"]

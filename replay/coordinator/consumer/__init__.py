@@ -2,22 +2,22 @@
 ConsumerGroupDescribe, sans-IO, in virtual time. Kafka 4.3.1's group-coordinator is the spec."""
 
 from replay.coordinator.consumer.assignors import ASSIGNORS, MemberSpec, PartitionAssignorError, assign
-from replay.coordinator.consumer.coordinator import (
+from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
+from replay.coordinator.consumer.group import (
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupState,
+    MemberState,
+)
+from replay.coordinator.consumer.types import (
     ConsumerGroupBehaviour,
     ConsumerGroupConfig,
-    ConsumerGroupCoordinator,
     ConsumerGroupEvent,
     DescribedGroup,
     DescribedMember,
     HeartbeatRequest,
     HeartbeatResponse,
     TopicImage,
-)
-from replay.coordinator.consumer.group import (
-    ConsumerGroup,
-    ConsumerGroupMember,
-    ConsumerGroupState,
-    MemberState,
 )
 
 __all__ = [

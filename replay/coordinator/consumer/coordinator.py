@@ -56,11 +56,9 @@ from replay.coordinator.consumer.regex import (
 )
 from replay.coordinator.consumer.steady import steady_heartbeat
 from replay.coordinator.consumer.types import (
-    ConsumerGroupBehaviour,
     ConsumerGroupConfig,
     ConsumerGroupEvent,
     DescribedGroup,
-    DescribedMember,
     HeartbeatError,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -541,15 +539,4 @@ class ConsumerGroupCoordinator:
         return describe_groups(self, group_ids)
 
 
-__all__ = [
-    "ConsumerGroupBehaviour",
-    "ConsumerGroupConfig",
-    "ConsumerGroupCoordinator",
-    "ConsumerGroupEvent",
-    "DescribedGroup",
-    "DescribedMember",
-    "HeartbeatError",
-    "HeartbeatRequest",
-    "HeartbeatResponse",
-    "TopicImage",
-]
+__all__ = ["ConsumerGroupCoordinator"]  # its value types are `consumer.types`' (imported from there)

@@ -42,11 +42,7 @@ from proxy.wire.codec import CodecError
 from proxy.wire.consumer_protocol import decode_assignment_detail, decode_subscription, encode_assignment
 from proxy.wire.errors import ErrorCode
 from replay.coordinator import responses as R
-from replay.coordinator.consumer.coordinator import (
-    ConsumerGroupCoordinator,
-    ConsumerGroupEvent,
-    HeartbeatError,
-)
+from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from replay.coordinator.consumer.group import (
     ClassicMemberMetadata,
     ConsumerGroup,
@@ -56,6 +52,7 @@ from replay.coordinator.consumer.group import (
     reconcile,
 )
 from replay.coordinator.consumer.regex import maybe_update_regexes
+from replay.coordinator.consumer.types import ConsumerGroupEvent, HeartbeatError
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.types import GroupState
 

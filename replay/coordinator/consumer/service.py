@@ -35,14 +35,14 @@ from typing import Any
 from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer import migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
-from replay.coordinator.consumer.coordinator import (
+from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
+from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
+from replay.coordinator.consumer.types import (
     ConsumerGroupConfig,
-    ConsumerGroupCoordinator,
     ConsumerGroupEvent,
     HeartbeatError,
     HeartbeatResponse,
 )
-from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
 from replay.coordinator.consumer.wire import (
     describe_response_to_kio,
     heartbeat_from_kio,

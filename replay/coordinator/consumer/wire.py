@@ -16,7 +16,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from proxy.wire.errors import ErrorCode
-from replay.coordinator.consumer.coordinator import DescribedGroup, HeartbeatRequest, HeartbeatResponse
+from replay.coordinator.consumer.types import DescribedGroup, HeartbeatRequest, HeartbeatResponse
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
