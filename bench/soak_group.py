@@ -152,11 +152,11 @@ def _mutate(rng: random.Random, original: bytes) -> bytes:
     return bytes(data)
 
 
-def _exchange(sock: socket.socket, decoder: FrameDecoder, wire: bytes, counts: FuzzCounts) -> str:
-    """Send one mutated frame: "answered", "closed" (by the proxy or the broker) or "silent"."""
+def answer_of(sock: socket.socket, decoder: FrameDecoder, wire: bytes) -> str:
+    """Send one frame and read until a whole response frame: "answered", "closed" (by the proxy
+    or the broker) or "silent" (the socket's timeout passed). bench/soak_proxy.py uses it too."""
     try:
         sock.sendall(wire)
-        counts.sent += 1
         while True:
             data = sock.recv(65536)
             if not data:
@@ -167,6 +167,12 @@ def _exchange(sock: socket.socket, decoder: FrameDecoder, wire: bytes, counts: F
         return "silent"  # e.g. an old JoinGroup parked by the broker: start afresh
     except OSError:
         return "closed"
+
+
+def _exchange(sock: socket.socket, decoder: FrameDecoder, wire: bytes, counts: FuzzCounts) -> str:
+    """Send one mutated frame, counted: its outcome as `answer_of` says."""
+    counts.sent += 1
+    return answer_of(sock, decoder, wire)
 
 
 def _pace(next_at: float, interval: float) -> float:

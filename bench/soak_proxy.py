@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.soak_group import answer_of  # noqa: E402
 from proxy.server import BackgroundProxy, ProxyConfig  # noqa: E402
 from proxy.wire import FrameDecoder, frame  # noqa: E402
 from tests.test_proxy_broker import _api_versions  # noqa: E402
@@ -262,14 +263,7 @@ def _answer(address: tuple[str, int], wire: bytes) -> str:
     """ "answered" when a response frame comes back, else "closed" (or "silent" after 5 s)."""
     try:
         with socket.create_connection(address, timeout=5) as sock:
-            sock.sendall(wire)
-            decoder = FrameDecoder()
-            while True:
-                data = sock.recv(65536)
-                if not data:
-                    return "closed"
-                if decoder.feed(data):
-                    return "answered"
+            return answer_of(sock, FrameDecoder(), wire)
     except TimeoutError:
         return "silent"
     except OSError:
