@@ -168,6 +168,7 @@ async def _run(config: ProxyConfig, record: str | None, record_scope: RecordScop
             group_settings=settings,
             record_scope=record_scope,
         )
+        await asyncio.to_thread(recorder.wait_ready)  # its start-up off the clients' time
     server = ProxyServer(config, recorder)
     if settings.broker_version is None:  # nothing answered: per-client failures now report with backoff
         server.upstream_failed(config.upstream, settings.unknown_reason or "no answer")

@@ -67,11 +67,12 @@ CLOSE: Final = "close"
 # Header-only frames (record scope group), one event per run of them on one connection and
 # direction: (HEADERS, conn, ts_ns, direction, client_id, heads). `heads` packs each frame's fixed
 # fields back to back: a request's `REQUEST_HEADS` (size, api_key, api_version, correlation_id:
-# its first 12 bytes on the wire), a response's `RESPONSE_HEADS` (size, correlation_id, and the
-# api_key, client and upstream api_version of the request it answers).
+# its first 12 bytes on the wire), a response's `RESPONSE_HEADS` (size, correlation_id: its first
+# 8 bytes). Both are the bytes the capture keeps of the frame (`proxy.capture.snapped`): the relay
+# slices them, packs nothing.
 HEADERS: Final = "headers"
 REQUEST_HEADS: Final = struct.Struct(">ihhi")
-RESPONSE_HEADS: Final = struct.Struct(">iihhh")
+RESPONSE_HEADS: Final = struct.Struct(">ii")
 
 __all__ = [
     "CLOSE",

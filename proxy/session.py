@@ -283,7 +283,6 @@ class ProxySession(RawSaslTokens):
         header_only = self._header_only
         emit = self._events.append
         heads: list[bytes] = []
-        pack_response_head = RESPONSE_HEADS.pack
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -300,15 +299,7 @@ class ProxySession(RawSaslTokens):
                 if head[P_API_KEY] == _JOIN_GROUP:
                     counts.count_join(head[P_GROUP_ID])
             if header_only:
-                heads.append(
-                    pack_response_head(
-                        size,
-                        correlation_id,
-                        head[P_API_KEY],
-                        head[P_API_VERSION],
-                        head[P_UPSTREAM_API_VERSION],
-                    )
-                )
+                heads.append(data[pos : pos + 8])  # RESPONSE_HEADS: size, correlation_id
             pos = end
         if heads:
             emit((HEADERS, self.conn, self._now_ns, "response", self.client_id, b"".join(heads)))
@@ -534,13 +525,7 @@ class ProxySession(RawSaslTokens):
         recorded = self.record and (self._record_all or request.api_key in self._record_keys)
         keep = recorded or hold or sasl_v0
         if not keep and self._header_only:
-            head = RESPONSE_HEADS.pack(
-                size,
-                request.correlation_id,
-                request.api_key,
-                request.api_version,
-                request.upstream_api_version,
-            )
+            head = RESPONSE_HEADS.pack(size, request.correlation_id)
             self._events.append((HEADERS, self.conn, self._now_ns, "response", self.client_id, head))
         return keep, hold
 

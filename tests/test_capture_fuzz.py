@@ -121,11 +121,12 @@ def _exercise(path: Path) -> str:
     rows = rpc_rows(capture, "client", group_only=False)
     rpc_rows(capture, "upstream", group_only=True)
     _table(capture, rows, "fuzz", Console(file=io.StringIO(), width=200))
+    outcome = "damaged" if capture.damage else "read"
     try:
         build_plan(capture, "fuzz")
     except ReplayInputError:
-        return "replay refused"
-    return "damaged" if capture.damage else "read"
+        return f"{outcome}, replay refused"  # the base capture has no whole group to replay
+    return outcome
 
 
 def test_a_thousand_damaged_captures_never_raise(tmp_path: Path) -> None:
@@ -154,7 +155,11 @@ def test_a_thousand_damaged_captures_never_raise(tmp_path: Path) -> None:
         outcome = _exercise(path)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert sum(outcomes.values()) == 1200
-    assert outcomes.get("damaged", 0) > 300 and outcomes.get("read", 0) > 0, outcomes
+    # Most mutations are found as damage, and some leave a capture that reads cleanly (whether
+    # replay then accepts it depended on one lucky mutation: not what this checks).
+    damaged = sum(count for outcome, count in outcomes.items() if outcome.startswith("damaged"))
+    read = sum(count for outcome, count in outcomes.items() if outcome.startswith("read"))
+    assert damaged > 300 and read > 0, outcomes
     assert time.monotonic() - started < 120  # bounded: no mutation makes a reader hang
 
 

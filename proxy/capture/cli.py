@@ -239,7 +239,7 @@ def _traffic_line(capture: Capture) -> str:
 
 def _frames_line(capture: Capture, leg: str = "client") -> str:
     """Requests per API on one leg, every recorded one: whole, or header only (record scope group,
-    format 4), so a group-scoped capture still says how much Produce/Fetch traffic there was."""
+    formats 4 and 5), so a group-scoped capture still says how much Produce/Fetch traffic there was."""
     whole: Counter[int] = Counter()
     header_only: Counter[int] = Counter()
     for frame in capture.frames:

@@ -7,7 +7,10 @@ The writer encodes it (`encode_section_header`) and the reader decodes it
 recording started (`proxy.upstream.describe_upstream`); version 3 adds `record_scope` (issue 12):
 which frames the capture holds (`RecordScope`; a header without it recorded everything); version
 4 adds header-only frames (a frame comment's `omitted_body_bytes`: the packet keeps the frame's
-original length, the pcapng block holds only the frame's size prefix and fixed header fields).
+original length, the pcapng block holds only the frame's size prefix and fixed header fields);
+version 5 writes header-only frames without a comment (`proxy.capture.snapped`: one per Produce
+or Fetch frame and leg was most of group scope's cost): a reader takes their connection from the
+TCP stream and their fields from the captured bytes. Format 4's comments are still decoded.
 Decoding validates every field it uses: a wrong type is reported in `SectionHeader.damage`,
 never raised.
 """
@@ -25,8 +28,9 @@ from kio.schema.index import api_key_map
 from proxy.wire import GROUP_API_KEYS, ApiKey
 
 CAPTURE_FORMAT: Final = "group-replay-capture"
-# 2: upstream_group_config; 3: record_scope; 4: header-only frames (`omitted_body_bytes`)
-CAPTURE_FORMAT_VERSION: Final = 4
+# 2: upstream_group_config; 3: record_scope; 4: header-only frames (`omitted_body_bytes`);
+# 5: header-only frames without a comment
+CAPTURE_FORMAT_VERSION: Final = 5
 GROUP_CONFIG_KEY: Final = "upstream_group_config"
 RECORD_SCOPE_KEY: Final = "record_scope"
 
@@ -338,9 +342,9 @@ def frame_comment(
     redacted_body_bytes: int | None,
     omitted_body_bytes: int | None = None,
 ) -> bytes:
-    """A whole frame comment (the general path: rewritten frames, SASL, big frames, header-only
-    frames: `omitted_body_bytes` is how much of the frame after its recorded header the capture
-    leaves out; the packet keeps the frame's original length, the block holds only the header)."""
+    """A whole frame comment (the general path: rewritten frames, SASL, big frames; format 4's
+    header-only frames had `omitted_body_bytes`: how much of the frame after its recorded header
+    the capture leaves out; format 5 writes those without a comment, `proxy.capture.snapped`)."""
     extra = "" if redacted_body_bytes is None else f',"redacted_body_bytes":{redacted_body_bytes}'
     if omitted_body_bytes is not None:
         extra += f',"omitted_body_bytes":{omitted_body_bytes}'
@@ -348,17 +352,6 @@ def frame_comment(
         f'{{"conn":{conn},"dir":"{direction}","api_key":{api_key},"api_version":{api_version},'
         f'"correlation_id":{correlation_id},"client_id":{client_id_json},"group_id":{group_id_json},'
         f'"ts_ns":{ts_ns},"rewritten":{"true" if rewritten else "false"}{extra}}}'
-    ).encode()
-
-
-def header_only_comment(
-    conn: int, direction: str, api_key: int, api_version: int, correlation_id: int, ts_ns: int, omitted: int
-) -> bytes:
-    """The comment of a header-only frame: only what its header and pairing say (no client_id,
-    group_id or rewritten: one is written per Produce/Fetch frame and leg, so it stays short)."""
-    return (
-        f'{{"conn":{conn},"dir":"{direction}","api_key":{api_key},"api_version":{api_version},'
-        f'"correlation_id":{correlation_id},"ts_ns":{ts_ns},"omitted_body_bytes":{omitted}}}'
     ).encode()
 
 

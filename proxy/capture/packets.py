@@ -13,16 +13,14 @@ SASL frames keep their header; the body is left out and its length is in `redact
 Header-only frames (record scope group: every frame outside the scope) get packets of their own
 whose TCP/IP headers carry the frame's original length while the pcapng block holds only the
 frame's size prefix and fixed header fields (captured length < original length, as a capture
-with a snap length has it; Wireshark shows the frame truncated); the comment's
-`omitted_body_bytes` says how much is left out. A header-only frame larger than a packet spans
-several packets of which only the first holds any of its bytes.
+with a snap length has it; Wireshark shows the frame truncated), without a comment since format
+5 (`proxy.capture.snapped` builds them a run at a time). Format 4 gave each a comment with
+`omitted_body_bytes`; the reader reads both.
 
 scapy 2.8's `RawPcapNgWriter` names interfaces and writes per-packet comments, but writes no
 section-header options, only microsecond float timestamps, and always an unnamed interface 0.
 `PcapNgBlocks` subclasses it for its block framing (`build_block`) and adds those three things.
-scapy also builds each stream's Ethernet/IPv4/TCP header once; per packet only lengths, seq/ack
-and checksums are patched in, because building a scapy packet per frame would cost the proxy
-hundreds of microseconds of the GIL per frame.
+Each stream's Ethernet/IPv4/TCP header is built once by scapy (`proxy.capture.tcp`).
 
 `Synthesizer` turns the proxy's marshalled record batches into those blocks; it runs in the
 writer process that `proxy.capture.writer.CaptureWriter` starts.
@@ -30,26 +28,26 @@ writer process that `proxy.capture.writer.CaptureWriter` starts.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import struct
 from typing import Any
 
-from scapy.layers.inet import IP, TCP
-from scapy.layers.l2 import Ether
-
 from proxy import layouts
-from proxy.capture import KAFKA_PORT
 from proxy.capture.blocks import EPB_HEAD, LEGS, OPT_END, PADS, PcapNgBlocks, tool_version
 from proxy.capture.header import (
     close_comment,
     frame_comment,
     frame_comment_head,
     frame_comment_tail,
-    header_only_comment,
     open_comment,
 )
+from proxy.capture.snapped import REQUEST_CAPTURED, RESPONSE_CAPTURED, header_only_blocks
+from proxy.capture.tcp import FLAG_ACK as _FLAG_ACK
+from proxy.capture.tcp import FLAG_FIN as _FLAG_FIN
+from proxy.capture.tcp import FLAG_PSH as _FLAG_PSH
+from proxy.capture.tcp import FLAG_SYN as _FLAG_SYN
+from proxy.capture.tcp import MAX_SEGMENT, Buffer, Stream, new_stream, payload_sum
 from proxy.layouts import (
     R_API_KEY,
     R_API_VERSION,
@@ -64,118 +62,10 @@ from proxy.layouts import (
 )
 from proxy.wire import ApiKey, FrameError, peek_request_header, response_header_size
 
-MAX_SEGMENT = 65_000  # TCP payload per synthesized packet (IPv4 total length is 16 bits)
 SASL_API_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-_FLAG_SYN, _FLAG_ACK, _FLAG_PSH, _FLAG_FIN = 0x02, 0x10, 0x08, 0x01
-
-
-Buffer = bytes | memoryview  # a packet payload: bytes, or a slice of a big frame without a copy
-_HEADER = struct.Struct(">12sHBBHHHBBH4s4sHHIIBBHHH")  # Ethernet, IPv4 (no options), TCP (no options)
 EPB_PACKET_AT = EPB_HEAD.size  # where the packet data starts in an Enhanced Packet Block
 _OPTION_HEAD = struct.Struct("<HH")
 _SIZE_PREFIX = struct.Struct(">i")
-_WORDS = struct.Struct(">HH")
-
-
-def payload_sum(payload: Buffer) -> int:
-    """The RFC 1071 word sum of a payload modulo 0xFFFF, in C-level big-int operations.
-
-    The bytes are read as one little-endian integer (no padding needed for an odd length, and
-    faster than big-endian); since 2**16 == 1 (mod 0xFFFF) the sum of its 16-bit words is the
-    integer itself modulo 0xFFFF. Large payloads are folded (low half + high half, at multiples of
-    16 bits) before the one small division: a big-int division costs twice the conversion.
-    Little-endian words are the byte-swapped big-endian ones, and swapping is a multiplication
-    by 2**8 modulo 0xFFFF (RFC 1071's byte-order independence).
-    """
-    value = int.from_bytes(payload, "little")
-    bits = len(payload) * 8
-    while bits > 4096:
-        half = ((bits + 31) // 32) * 16
-        value = (value & _low_mask(half)) + (value >> half)
-        bits = half + 1
-    return (value << 8) % 0xFFFF
-
-
-@functools.lru_cache(maxsize=512)
-def _low_mask(bits: int) -> int:
-    return (1 << bits) - 1
-
-
-class _Side:
-    """One direction of a synthesized TCP connection, from a scapy-built header template.
-
-    Per packet only the IP total length, TCP seq/ack/flags and both checksums change. The RFC 1071
-    sum is linear modulo 0xFFFF, so the template's constant words are summed once here and each
-    packet adds only its own variable words and its payload (one big-int reduction in C).
-    """
-
-    __slots__ = ("dport", "dst", "ip_constant", "macs", "sport", "src", "tcp_constant")
-
-    def __init__(self, template: bytes) -> None:
-        self.macs = template[0:12]
-        self.src = template[26:30]
-        self.dst = template[30:34]
-        self.sport, self.dport = _WORDS.unpack_from(template, 34)
-        addresses = sum(_WORDS.unpack(self.src)) + sum(_WORDS.unpack(self.dst))
-        self.ip_constant = 0x4500 + 0x4000 + 0x4006 + addresses  # ver/ihl, DF, ttl 64 / proto 6
-        self.tcp_constant = addresses + 6 + self.sport + self.dport + 0xFFFF  # pseudo proto, window
-
-    def header(self, flags: int, seq: int, ack: int, length: int, body: int) -> bytes:
-        """`body`: the payload's word sum modulo 0xFFFF (`payload_sum`)."""
-        ip_sum = (self.ip_constant + 40 + length) % 0xFFFF
-        tcp_sum = (self.tcp_constant + 20 + length + seq + ack + (0x5000 | flags) + body) % 0xFFFF
-        return _HEADER.pack(
-            self.macs, 0x0800,
-            0x45, 0, 40 + length, 0, 0x4000, 64, 6, 0xFFFF - (ip_sum or 0xFFFF), self.src, self.dst,
-            self.sport, self.dport, seq, ack, 0x50, flags, 0xFFFF, 0xFFFF - (tcp_sum or 0xFFFF), 0,
-        )  # fmt: skip
-
-
-class _Stream:
-    """One synthesized TCP connection: both directions and the next seq of each side."""
-
-    __slots__ = ("client_seq", "server_seq", "to_client", "to_server")
-
-    def __init__(self, to_server: bytes, to_client: bytes) -> None:
-        self.to_server = _Side(to_server)
-        self.to_client = _Side(to_client)
-        self.client_seq = 1
-        self.server_seq = 1
-
-    def packet(
-        self, to_server: bool, flags: int, payload: bytes | memoryview, body: int | None = None
-    ) -> bytes:
-        """A packet carrying `payload`; `body` is its `payload_sum` when already known."""
-        if body is None:
-            body = payload_sum(payload)
-        return self.header(to_server, flags, len(payload), body) + payload
-
-    def header(self, to_server: bool, flags: int, length: int, body: int) -> bytes:
-        """The headers of the next packet (its payload of `length` bytes sums to `body`)."""
-        if to_server:
-            seq, ack, side = self.client_seq, self.server_seq, self.to_server
-        else:
-            seq, ack, side = self.server_seq, self.client_seq, self.to_client
-        header = side.header(flags, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, length, body)
-        advance = length + (1 if flags & (_FLAG_SYN | _FLAG_FIN) else 0)
-        if to_server:
-            self.client_seq += advance
-        else:
-            self.server_seq += advance
-        return header
-
-
-def _template(src_mac: str, dst_mac: str, src: tuple[str, int], dst: tuple[str, int]) -> bytes:
-    packet = (
-        Ether(src=src_mac, dst=dst_mac)
-        / IP(src=src[0], dst=dst[0], ttl=64, flags="DF", id=0)
-        / TCP(sport=src[1], dport=dst[1], flags="A", window=65535, seq=0, ack=0)
-    )
-    return bytes(packet)
-
-
-def _client_endpoint(conn: int, leg_index: int) -> tuple[str, int]:
-    return (f"10.{1 + leg_index * 2}.{(conn >> 8) & 0xFF}.{conn & 0xFF}", 40000 + (conn >> 16) % 20000)
 
 
 def _redact(record: Record, payload: bytes, direction: str) -> tuple[bytes, int | None]:
@@ -197,7 +87,7 @@ class Synthesizer:
 
     def __init__(self) -> None:
         self._blocks = PcapNgBlocks(io.BytesIO())
-        self._streams: dict[tuple[int, int], _Stream] = {}
+        self._streams: dict[tuple[int, int], Stream] = {}
         self._brokers: dict[str, int] = {}
         self._json_cache: dict[str | None, str] = {}
         self._comment_heads: dict[tuple[Any, ...], str] = {}
@@ -307,82 +197,12 @@ class Synthesizer:
                 )
         self.written_bytes += total
 
-    def _write_headers(
-        self, conn: int, ts_ns: int, direction: str, client_id: str | None, heads: bytes, out: list[Buffer]
-    ) -> None:
-        """A run of header-only frames (`layouts.HEADERS`), each in packets of its own."""
-        del client_id  # header-only comments leave it out (header_only_comment)
-        if direction == "request":
-            for size, api_key, api_version, correlation_id in REQUEST_HEADS.iter_unpack(heads):
-                fixed = REQUEST_HEADS.pack(size, api_key, api_version, correlation_id)[4:]
-                self._write_header_only(
-                    conn, direction, ts_ns, api_key, api_version, api_version, correlation_id,
-                    fixed, size, out,
-                )  # fmt: skip
-        else:
-            for size, correlation_id, api_key, api_version, upstream_version in RESPONSE_HEADS.iter_unpack(
-                heads
-            ):
-                self._write_header_only(
-                    conn, direction, ts_ns, api_key, api_version, upstream_version, correlation_id,
-                    correlation_id.to_bytes(4, "big", signed=True), size, out,
-                )  # fmt: skip
-
-    def _write_header_only(
-        self,
-        conn: int,
-        direction: str,
-        ts_ns: int,
-        api_key: int,
-        api_version: int,
-        upstream_version: int,
-        correlation_id: int,
-        fixed: bytes,
-        size: int,
-        out: list[Buffer],
-    ) -> None:
-        """A frame recorded as its header: packets that keep its original length on both legs,
-        the first holding the size prefix and the fixed header fields, any others nothing."""
-        omitted = max(0, size - len(fixed))
-        data = _SIZE_PREFIX.pack(size) + fixed[:size]
-        body = payload_sum(data)
-        total = 4 + size
-        to_server = direction == "request"
-        block = self._blocks.packet_block
-        comment = header_only_comment(conn, direction, api_key, api_version, correlation_id, ts_ns, omitted)
-        for leg in (0, 1):
-            stream = self._stream(conn, leg)
-            if leg == 1 and upstream_version != api_version:
-                comment = header_only_comment(
-                    conn, direction, api_key, upstream_version, correlation_id, ts_ns, omitted
-                )
-            first = min(total, MAX_SEGMENT)
-            header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, first, body)
-            out.append(block(header + data, leg, ts_ns, comment, original_length=len(header) + first))
-            remaining = total - first
-            while remaining > 0:
-                piece = min(remaining, MAX_SEGMENT)
-                header = stream.header(to_server, _FLAG_PSH | _FLAG_ACK, piece, 0)
-                out.append(block(header, leg, ts_ns, None, original_length=len(header) + piece))
-                remaining -= piece
-        self.written_bytes += len(data) - 4
-
-    def _stream(self, conn: int, leg: int, upstream: str | None = None) -> _Stream:
+    def _stream(self, conn: int, leg: int, upstream: str | None = None) -> Stream:
         key = (conn, leg)
         stream = self._streams.get(key)
         if stream is None:
-            client = _client_endpoint(conn, leg)
-            if leg == 0:
-                server = ("10.0.0.1", KAFKA_PORT)
-            else:
-                index = self._brokers.setdefault(upstream or "?", len(self._brokers) + 1)
-                server = (f"10.4.{(index >> 8) & 0xFF}.{index & 0xFF}", KAFKA_PORT)
-            client_mac, server_mac = "02:00:00:00:00:01", "02:00:00:00:00:02"
-            stream = _Stream(
-                _template(client_mac, server_mac, client, server),
-                _template(server_mac, client_mac, server, client),
-            )
-            self._streams[key] = stream
+            index = self._brokers.setdefault(upstream or "?", len(self._brokers) + 1) if leg else 0
+            stream = self._streams[key] = new_stream(conn, leg, index)
         return stream
 
     def _write(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
@@ -398,8 +218,20 @@ class Synthesizer:
                     out.append(blocks.packet_block(syn, leg, ts_ns, comment))
                     out.append(blocks.packet_block(synack, leg, ts_ns, None))
                     out.append(blocks.packet_block(ack, leg, ts_ns, None))
-            case (layouts.HEADERS, conn, ts_ns, direction, client_id, heads):
-                self._write_headers(conn, ts_ns, direction, client_id, heads, out)
+            case (layouts.HEADERS, conn, ts_ns, direction, _, heads):
+                # Header-only frames (format 5: no comment), a run at a time (proxy.capture.snapped).
+                if direction == "request":
+                    stride, captured = REQUEST_HEADS.size, REQUEST_CAPTURED
+                else:
+                    stride, captured = RESPONSE_HEADS.size, RESPONSE_CAPTURED
+                for leg in (0, 1):
+                    stream = self._stream(conn, leg)
+                    out.append(
+                        header_only_blocks(
+                            stream, leg, direction == "request", ts_ns, heads, stride, captured
+                        )
+                    )
+                self.written_bytes += len(heads)
             case (layouts.CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes):
                 comment = close_comment(conn, reason, client_bytes, upstream_bytes)
                 for leg in (0, 1):
@@ -440,9 +272,7 @@ class Synthesizer:
             redacted,
         )
 
-    def _segments(
-        self, run: list[Record], leg: int
-    ) -> list[tuple[bytes | memoryview, list[bytes], int, int]]:
+    def _segments(self, run: list[Record], leg: int) -> list[tuple[Buffer, list[bytes], int, int]]:
         """(payload, comments, payload sum, ts_ns) per packet for one leg of a run of frames.
 
         Consecutive frames of one connection and direction share a packet (up to MAX_SEGMENT

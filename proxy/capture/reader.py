@@ -7,6 +7,7 @@ a file that is not a group-replay capture at all.
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +57,9 @@ class CapturedFrame:
     rewritten: bool
     payload: bytes  # the frame without its size prefix (SASL: the header only)
     redacted_body_bytes: int | None = None  # set when a SASL body was left out
-    # Header-only frames (record scope group, format 4): `payload` is the fixed header fields and
-    # this many bytes of the frame are not in the capture.
+    # Header-only frames (record scope group, formats 4 and 5): `payload` is the fixed header
+    # fields and this many bytes of the frame are not in the capture. A format-5 header-only
+    # response whose request the capture lacks has api_key and api_version -1.
     omitted_body_bytes: int | None = None
 
     @property
@@ -131,6 +133,9 @@ def read_capture(path: str | Path) -> Capture:  # noqa: C901 - one pass over the
     frames: list[CapturedFrame] = []
     connections: dict[int, Connection] = {}
     current: tuple[dict[str, Any], str, bytearray, int] | None = None  # meta, leg, bytes, expected
+    # Format 5's header-only packets carry no comment: their connection comes from the TCP stream
+    # (the SYN carries the open comment), their API from their bytes or the request they answer.
+    header_only = _HeaderOnly() if section_header.format_version >= 5 else None
 
     def finish() -> None:
         nonlocal current, damage
@@ -166,7 +171,7 @@ def read_capture(path: str | Path) -> Capture:  # noqa: C901 - one pass over the
                 meta = decode_packet_comment(comment)
                 if meta is not None:
                     metas.append(meta)
-            payload, _ = tcp_payload(packet.data, packet.original_length is not None)
+            payload, endpoints = tcp_payload(packet.data, packet.original_length is not None)
         except (CommentError, ValueError) as exc:
             damage = damage or f"packet {index}: {exc}"
             current = None
@@ -179,6 +184,8 @@ def read_capture(path: str | Path) -> Capture:  # noqa: C901 - one pass over the
             conn = int(meta["conn"])
             if meta["event"] == "open":
                 connections[conn] = Connection(conn, meta.get("client"), meta.get("upstream"), packet.ts_ns)
+                if header_only is not None:
+                    header_only.opened(conn, packet.interface, endpoints)
             elif meta["event"] == "close" and conn in connections:
                 previous = connections[conn]
                 connections[conn] = Connection(
@@ -198,6 +205,11 @@ def read_capture(path: str | Path) -> Capture:  # noqa: C901 - one pass over the
                 current[2].extend(payload)
                 if len(current[2]) >= current[3]:
                     finish()
+            elif header_only is not None and payload:
+                try:
+                    frames.append(header_only.frame(packet.interface, leg, packet.ts_ns, endpoints, payload))
+                except ValueError as exc:
+                    damage = damage or f"packet {index}: {exc}"
             continue
         # One packet may carry several whole frames, one comment each, in order; only the last
         # may continue into the following (uncommented) packets.
@@ -230,6 +242,55 @@ def read_capture(path: str | Path) -> Capture:  # noqa: C901 - one pass over the
         group_settings=section_header.group_settings,
         record_scope=section_header.record_scope,
     )
+
+
+class _HeaderOnly:
+    """Reads format 5's header-only packets (no comment; `proxy.capture.snapped` writes them)."""
+
+    def __init__(self) -> None:
+        self._streams: dict[tuple[int, bytes, int, bytes, int], tuple[int, str]] = {}
+        self._requests: dict[tuple[int, int, int], tuple[int, int]] = {}  # (conn, leg, corr) -> API
+
+    def opened(self, conn: int, interface: int, endpoints: tuple[bytes, int, bytes, int]) -> None:
+        """The SYN of `conn` on `interface`: its endpoints name the stream both ways."""
+        src, sport, dst, dport = endpoints
+        self._streams[(interface, src, sport, dst, dport)] = (conn, "request")
+        self._streams[(interface, dst, dport, src, sport)] = (conn, "response")
+
+    def frame(
+        self, interface: int, leg: str, ts_ns: int, endpoints: tuple[bytes, int, bytes, int], data: bytes
+    ) -> CapturedFrame:
+        """The header-only frame starting in a comment-less packet; ValueError when it is damaged."""
+        found = self._streams.get((interface, *endpoints))
+        if found is None:
+            raise ValueError("a header-only frame of a connection the capture never opened")
+        conn, direction = found
+        if len(data) < (4 + REQUEST_PREFIX_BYTES if direction == "request" else 8):
+            raise ValueError(f"a {len(data)}-byte header-only {direction}")
+        size = int.from_bytes(data[:4], "big", signed=True)
+        if direction == "request":
+            api_key, api_version, correlation_id = _REQUEST_PREFIX.unpack_from(data, 4)
+            self._requests[(conn, interface, correlation_id)] = (api_key, api_version)
+        else:
+            correlation_id = int.from_bytes(data[4:8], "big", signed=True)
+            api_key, api_version = self._requests.pop((conn, interface, correlation_id), (-1, -1))
+        return CapturedFrame(
+            conn=conn,
+            leg=leg,
+            direction=direction,
+            ts_ns=ts_ns,
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=correlation_id,
+            client_id=None,
+            group_id=None,
+            rewritten=False,
+            payload=data[4:],
+            omitted_body_bytes=max(0, size - (len(data) - 4)),
+        )
+
+
+_REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
 
 def _frame_problem(meta: dict[str, Any], buffer: bytearray) -> str | None:

@@ -50,7 +50,8 @@ from proxy.layouts import (
 
 _LENGTH = struct.Struct("<I")
 _CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
-_ACK = struct.Struct("<cq")  # b"W" + payload bytes written so far; b"E" + length of an error text
+# b"W" + payload bytes written so far; b"E" + length of an error text; b"R", 0: ready (imported)
+_ACK = struct.Struct("<cq")
 _BATCH_ITEMS = 4096
 _GATHER_S = 0.002
 _BATCH_BYTES = 1 << 20
@@ -98,6 +99,7 @@ class CaptureWriter:
         self.written_bytes = 0  # reported by the writer process
         self.error: BaseException | None = None
         self._dead = False
+        self._ready = threading.Event()
         self._process = subprocess.Popen(
             [sys.executable, "-m", "proxy.capture.writer", str(self.path)],
             stdin=subprocess.PIPE,
@@ -110,6 +112,12 @@ class CaptureWriter:
         self._acks = threading.Thread(target=self._read_acks, name="capture-acks", daemon=True)
         self._sender.start()
         self._acks.start()
+
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
+        """Blocks until the writer process has started (imported scapy: about a CPU second) or
+        died; the proxy waits for it before it listens, so that start-up does not compete with
+        the first clients' traffic for the CPU. False on timeout."""
+        return self._ready.wait(timeout_s)
 
     # -- called from the event loop: cheap, never blocks ----------------------------------------
 
@@ -144,7 +152,7 @@ class CaptureWriter:
         is the stream of session commands)."""
         match command:
             case (layouts.HEADERS, _, _, _, _, heads):
-                self.queued_bytes += len(heads) // 3  # about what the writer reports written
+                self.queued_bytes += len(heads)  # what the writer process reports written for it
                 self._queue.put(command)
             case Opened(conn=conn, ts_ns=ts_ns, client=client, upstream=upstream):
                 self.open_connection(conn, ts_ns, client, upstream)
@@ -222,11 +230,14 @@ class CaptureWriter:
             kind, value = _ACK.unpack(head)
             if kind == b"W":
                 self.written_bytes = value
+            elif kind == b"R":
+                self._ready.set()
             else:
                 self.error = self.error or RuntimeError(stdout.read(value).decode("utf-8", "replace"))
         if self._process.wait() != 0:
             self.error = self.error or RuntimeError(f"capture writer exited with {self._process.returncode}")
         self._dead = True
+        self._ready.set()  # nothing to wait for any more
 
 
 def _package_root() -> str:
@@ -250,6 +261,8 @@ def _writer_process_main(path: str) -> None:
     synthesizer = Synthesizer()
     reported: BaseException | None = None
     with open(path, "ab") as handle:
+        acks.write(_ACK.pack(b"R", 0))
+        acks.flush()
         while True:
             head = source.read(_LENGTH.size)
             if len(head) < _LENGTH.size:

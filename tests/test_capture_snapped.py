@@ -1,0 +1,160 @@
+"""Header-only frames in format 5 (`proxy.capture.snapped`): no comment, built a run at a time.
+
+The reader must read them as it reads format 4's commented ones (a fixture written by the code
+before format 5: same session input, same frames), their packets must keep TCP's sequence
+numbers and valid IPv4 checksums, and the two ways of patching a run (16-bit lanes for runs of
+equal sizes, frame by frame otherwise) must write the same bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+
+from proxy.capture import snapped
+from proxy.capture.header import CAPTURE_FORMAT_VERSION, RecordScope
+from proxy.capture.pcapng import parse
+from proxy.capture.reader import read_capture
+from proxy.capture.tcp import new_stream
+from proxy.capture.writer import CaptureWriter
+from proxy.layouts import REQUEST_HEADS, RESPONSE_HEADS, Record
+from proxy.session import ProxySession
+from proxy.wire import frame
+from tests.test_proxy_session import _heartbeat, _join, _opaque
+
+FORMAT_4 = Path(__file__).resolve().parents[1] / "fixtures" / "formats" / "format-4-header-only.pcapng"
+
+
+def _scoped_capture(path: Path) -> None:
+    """The session input `fixtures/formats/format-4-header-only.pcapng` was written from (by the
+    writer of format 4): two Produce requests (one of 100 KB) and their responses (one of 70 KB)
+    header only, then a JoinGroup and a Heartbeat whole."""
+    writer = CaptureWriter(path, upstream="broker:9092", record_scope=RecordScope.GROUP)
+    session = ProxySession(1, record=True, record_api_keys=RecordScope.GROUP.api_keys)
+    writer.open_connection(1, 1_000, "127.0.0.1:40000", "broker:9092")
+
+    def run(commands: list[object]) -> None:
+        for command in commands:
+            if isinstance(command, Record):
+                writer.record(command)
+            elif type(command) is tuple:
+                writer.record_event(command)
+
+    produce, small = _opaque(8, b"\x07" * 100_000), _opaque(9, b"\x05" * 50)
+    run(session.client_data(produce + small, 2_000))
+    responses = frame((8).to_bytes(4, "big") + b"\x00" * 30) + frame(
+        (9).to_bytes(4, "big") + b"\x00" * 70_000
+    )
+    run(session.upstream_data(responses, 3_000))
+    run(session.client_data(_join(7) + _heartbeat(10), 3_500))
+    writer.close_connection(1, 4_000, "done", len(produce), 0)
+    writer.close()
+
+
+def _fields(path: Path) -> list[tuple[object, ...]]:
+    capture = read_capture(path)
+    assert capture.damage is None
+    return [
+        (
+            f.leg,
+            f.direction,
+            f.ts_ns,
+            f.api_key,
+            f.api_version,
+            f.correlation_id,
+            f.payload,
+            f.omitted_body_bytes,
+        )
+        for f in capture.frames
+    ]
+
+
+def test_format_5_reads_as_format_4_did(tmp_path: Path) -> None:
+    path = tmp_path / "scoped.pcapng"
+    _scoped_capture(path)
+    assert read_capture(path).header["format_version"] == CAPTURE_FORMAT_VERSION == 5
+    assert read_capture(FORMAT_4).header["format_version"] == 4
+    # Per leg in the same order (format 4 wrote a header-only frame's legs together, format 5
+    # writes a run of them a leg at a time, as whole frames always were).
+    new, old = _fields(path), _fields(FORMAT_4)
+    for leg in ("client", "upstream"):
+        assert [row for row in new if row[0] == leg] == [row for row in old if row[0] == leg]
+    header_only = [row for row in new if row[-1] is not None and row[0] == "client"]
+    # Two requests and two responses; a response's API is its request's.
+    assert [(row[1], row[3], row[5]) for row in header_only] == [
+        ("request", 0, 8), ("request", 0, 9), ("response", 0, 8), ("response", 0, 9),
+    ]  # fmt: skip
+    assert [row[-1] for row in header_only] == [100_002, 52, 30, 70_000]
+
+
+def test_snapped_packets_keep_sequence_numbers_and_ip_checksums(tmp_path: Path) -> None:
+    path = tmp_path / "scoped.pcapng"
+    _scoped_capture(path)
+    _, packets, damage = parse(path.read_bytes())
+    assert damage is None
+    next_seq: dict[tuple[object, ...], int] = {}
+    snapped_packets = 0
+    for packet in packets:
+        ether = Ether(packet.data)
+        ip, tcp = ether[IP], ether[TCP]
+        recomputed = IP(bytes(ip)[:20])
+        del recomputed.chksum
+        assert ip.chksum == IP(bytes(recomputed)).chksum
+        length = ip.len - 40  # the segment's payload on the wire, captured or not
+        if packet.original_length is not None:
+            snapped_packets += 1
+            assert packet.original_length == 14 + ip.len and tcp.chksum == 0  # not computable
+        key = (packet.interface, ip.src, tcp.sport, ip.dst, tcp.dport)
+        if key in next_seq:
+            assert tcp.seq == next_seq[key]
+        next_seq[key] = tcp.seq + length + (1 if tcp.flags & 0x03 else 0)
+    # 100 KB and 70 KB frames span two packets, the others one: 6 packets per leg.
+    assert snapped_packets == 12
+
+
+@pytest.mark.parametrize("size", [96, 70_000])
+@pytest.mark.parametrize("to_server", [True, False])
+def test_lanes_write_what_frame_by_frame_writes(
+    monkeypatch: pytest.MonkeyPatch, size: int, to_server: bool
+) -> None:
+    """A run of 40 equal sizes through the lanes and frame by frame, the sequence number
+    wrapping past 2**32 inside the run: the same bytes, the same next sequence number."""
+    layout, captured = (REQUEST_HEADS, 12) if to_server else (RESPONSE_HEADS, 8)
+    values = [(size, 0, 7, 1000 + i) if to_server else (size, 1000 + i) for i in range(40)]
+    heads = b"".join(layout.pack(*row) for row in values)
+    written = []
+    for lanes_from in (8, 10_000):
+        monkeypatch.setattr(snapped, "_LANES_FROM", lanes_from)
+        stream = new_stream(5, 1, 2)
+        stream.client_seq = stream.server_seq = (1 << 32) - 10 * (4 + size)
+        blocks = snapped.header_only_blocks(
+            stream, 1, to_server, 123 << 32 | 456, heads, layout.size, captured
+        )
+        written.append((bytes(blocks), stream.client_seq, stream.server_seq))
+    assert written[0] == written[1]
+    blocks = written[0][0]
+    assert blocks.count(heads[:captured]) == 1 and blocks.count(heads[-layout.size :][:captured]) == 1
+
+
+def test_the_backlog_of_header_only_runs_drains_to_zero(tmp_path: Path) -> None:
+    """The server pauses clients on `backlog_bytes`: for header-only runs the proxy must count
+    what the writer process reports written for them (it counted a third of it, and the backlog
+    went negative: a slow writer never paused anyone)."""
+    writer = CaptureWriter(tmp_path / "c.pcapng", upstream="broker:9092", record_scope=RecordScope.GROUP)
+    assert writer.wait_ready()
+    session = ProxySession(1, record=True, record_api_keys=RecordScope.GROUP.api_keys)
+    writer.open_connection(1, 1_000, "127.0.0.1:40000", "broker:9092")
+    requests = b"".join(_opaque(i, b"\x01" * 90) for i in range(50))
+    runs = [c for c in session.client_data(requests, 2_000) if type(c) is tuple]
+    assert len(runs) == 1
+    writer.record_event(runs[0])
+    deadline = 600  # polls of 0.1 s: the writer process may be slow on a loaded machine
+    while writer.written_bytes < writer.queued_bytes and deadline:
+        time.sleep(0.1)
+        deadline -= 1
+    assert writer.queued_bytes == 50 * REQUEST_HEADS.size and writer.backlog_bytes == 0
+    writer.close()
