@@ -249,6 +249,50 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds of each live thread of process `pid` by thread id, with its name
+    (/proc/PID/task/TID/stat: comm, utime, stime)."""
+    threads = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            raw = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        threads[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return threads
+
+
+THREAD_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("executor tasks", ("Executor task",)),
+    ("JIT compiler", ("C1 Compiler", "C2 Compiler")),
+    ("GC", ("GC Thread", "G1 ")),
+)
+
+
+def thread_kind(name: str) -> str:
+    """Executor task threads, the JIT's compiler threads, the garbage collector's threads, or the
+    rest (the driver: py4j threads that plan and submit jobs, the DAG scheduler, block manager...)."""
+    for kind, prefixes in THREAD_KINDS:
+        if name.startswith(prefixes):
+            return kind
+    return "driver and other"
+
+
+def cpu_by_thread_kind(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], process_cpu_s: float
+) -> dict[str, float]:
+    """The JVM's CPU during a call split by kind of thread (`thread_kind`); CPU of threads that
+    ended before `after` was taken is only in the process total (`ended threads`)."""
+    kinds: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        kind = thread_kind(name)
+        kinds[kind] = kinds.get(kind, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+    kinds["ended threads"] = process_cpu_s - sum(kinds.values())
+    return {kind: round(cpu, 2) for kind, cpu in kinds.items()}
+
+
 def python_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -386,7 +430,9 @@ def one_job(
 
     first_job = next_job_id(spark)
     load_before = load_average()
+    threads_before = thread_cpu_s(pid)
     took, data = measured(pid, job)
+    by_thread = cpu_by_thread_kind(threads_before, thread_cpu_s(pid), took.jvm_cpu_s)
     job_s = took.wall_s
     jobs = spark_jobs_since(spark, first_job)
     jvm_peak = peak_rss_mb(pid)
@@ -402,6 +448,7 @@ def one_job(
         "failing": data.failing,  # type: ignore[attr-defined]
         "stages": {n: {"wall_s": round(wall, 2), "jvm_cpu_s": round(cpu, 2)} for n, wall, cpu in stages},
         "spark_jobs": len(jobs),
+        "jvm_cpu_s_by_thread": by_thread,
         "load": f"{load_before} -> {load_average()}",
     }
     console.print(
