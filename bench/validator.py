@@ -151,13 +151,18 @@ def _option_ms(option: Any) -> float | None:
 
 
 def stage_metrics(spark: SparkSession, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Spark's task metrics of every stage of `jobs` (the status store's last attempt of each;
-    a stage skipped because its shuffle output was reused is listed with status SKIPPED)."""
+    """Spark's task metrics of every stage of `jobs` (the status store's last attempt of each),
+    each stage once, under the first job that lists it (jobs submitted together can share a
+    stage); a stage skipped because its shuffle output was reused is listed with status SKIPPED."""
     store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
     mb = 1 << 20
     stages = []
+    seen: set[int] = set()
     for job in jobs:
-        for stage_id in job["stage_ids"]:
+        for stage_id in sorted(job["stage_ids"]):
+            if stage_id in seen:
+                continue
+            seen.add(stage_id)
             try:
                 s = store.lastStageAttempt(stage_id)
             except Exception:  # a stage the store no longer holds
