@@ -464,6 +464,10 @@ def one_job(
     if stages_wanted:
         result["spark_stages"] = stage_metrics(spark, jobs)
         console.print(stages_table(f"{checkout.name}: Spark stages", result["spark_stages"], took.jvm_cpu_s))
+        console.print(
+            f"  {checkout.name}: JVM CPU by thread kind (s): "
+            + ", ".join(f"{kind} {cpu:.1f}" for kind, cpu in by_thread.items())
+        )
     if profile:
         result["jobs"] = jobs
         for j in jobs:
