@@ -546,6 +546,8 @@ def rounds_for_size(
                 "x_floor_cpu_median": round(statistics.median(r["x_floor_cpu"] for r in done), 2),
                 "x_floor_wall_runs": [r["x_floor_wall"] for r in done],
                 "x_floor_cpu_runs": [r["x_floor_cpu"] for r in done],
+                "jvm_cpu_s_runs": [r["jvm_cpu_s"] for r in done],
+                "jvm_cpu_s_by_thread_runs": [r["jvm_cpu_s_by_thread"] for r in done],
                 "goal": goal_for(actual),
                 "python_peak_rss_mb": round(py_peak),
                 "all_runs_s": [r["validate_s"] for r in done],
