@@ -20,7 +20,11 @@ Goals (issue 16): validate within 5x of the floor at 1M rows, 3x at 10M.
 the same process and Spark session, on the same files, alternating with this checkout's job
 (in the same rounds), so both are measured under the same load; the
 small-input check runs both too. `--profile` prints each Spark job of every run (from Spark's
-status store: id, duration, tasks, what it was) and keeps them in the JSON.
+status store: id, duration, tasks, what it was) and keeps them in the JSON. `--stages` prints,
+for every run, each Spark stage with Spark's own task metrics (from the status store, which keeps
+them with the UI off: executorRunTime, executorCpuTime, GC, input, shuffle read/write bytes and
+records, spill), plus the run's JVM CPU that no task accounts for (driver: planning, code
+generation, JIT, GC outside tasks).
 """
 
 from __future__ import annotations
@@ -131,6 +135,7 @@ def spark_jobs_since(spark: SparkSession, first_id: int) -> list[dict[str, Any]]
                 "tasks": int(job.numTasks()),
                 "stages": int(job.stageIds().size()),
                 "what": str(job.name())[:90],
+                "stage_ids": [int(job.stageIds().apply(k)) for k in range(job.stageIds().size())],
                 "task_s_per_stage": [
                     round(stage_cpu[stage_id], 1)
                     for stage_id in (int(job.stageIds().apply(k)) for k in range(job.stageIds().size()))
@@ -139,6 +144,86 @@ def spark_jobs_since(spark: SparkSession, first_id: int) -> list[dict[str, Any]]
             }
         )
     return sorted(jobs, key=lambda j: j["id"])
+
+
+def _option_ms(option: Any) -> float | None:
+    return option.get().getTime() / 1000 if option.isDefined() else None
+
+
+def stage_metrics(spark: SparkSession, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Spark's task metrics of every stage of `jobs` (the status store's last attempt of each),
+    each stage once, under the first job that lists it (jobs submitted together can share a
+    stage); a stage skipped because its shuffle output was reused is listed with status SKIPPED."""
+    store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
+    mb = 1 << 20
+    stages = []
+    seen: set[int] = set()
+    for job in jobs:
+        for stage_id in sorted(job["stage_ids"]):
+            if stage_id in seen:
+                continue
+            seen.add(stage_id)
+            try:
+                s = store.lastStageAttempt(stage_id)
+            except Exception:  # a stage the store no longer holds
+                continue
+            started, ended = _option_ms(s.submissionTime()), _option_ms(s.completionTime())
+            where = str(s.name())
+            stages.append(
+                {
+                    "job": job["id"],
+                    "stage": int(stage_id),
+                    "status": str(s.status()),
+                    "tasks": int(s.numTasks()),
+                    "wall_s": round(ended - started, 2) if started and ended else None,
+                    "run_s": round(s.executorRunTime() / 1000, 2),
+                    "cpu_s": round(s.executorCpuTime() / 1e9, 2),
+                    "deserialize_cpu_s": round(s.executorDeserializeCpuTime() / 1e9, 2),
+                    "gc_s": round(s.jvmGcTime() / 1000, 2),
+                    "input_mb": round(s.inputBytes() / mb, 1),
+                    "input_records": int(s.inputRecords()),
+                    "shuffle_read_mb": round(s.shuffleReadBytes() / mb, 1),
+                    "shuffle_read_records": int(s.shuffleReadRecords()),
+                    "shuffle_write_mb": round(s.shuffleWriteBytes() / mb, 1),
+                    "shuffle_write_records": int(s.shuffleWriteRecords()),
+                    "spill_mem_mb": round(s.memoryBytesSpilled() / mb, 1),
+                    "spill_disk_mb": round(s.diskBytesSpilled() / mb, 1),
+                    # "collect at /path/validator/jobs.py:270": no machine paths in the table
+                    "what": " ".join(part.rsplit("/", 1)[-1] for part in where.split(" ")),
+                }
+            )
+    return stages
+
+
+def stages_table(title: str, stages: list[dict[str, Any]], jvm_cpu_s: float) -> Table:
+    table = Table(title=title)
+    columns = ("job", "stage", "status", "tasks", "wall s", "task run s", "task CPU s", "deser. CPU s",
+               "GC s", "input MB (rows)", "shuffle read MB (rows)", "shuffle write MB (rows)",
+               "spill mem/disk MB",
+               "what")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column == "what" else "right")
+    done = [s for s in stages if s["status"] == "COMPLETE"]
+    for s in stages:
+        table.add_row(
+            str(s["job"]), str(s["stage"]), s["status"], str(s["tasks"]),
+            f"{s['wall_s']:.2f}" if s["wall_s"] is not None else "-",
+            f"{s['run_s']:.2f}", f"{s['cpu_s']:.2f}", f"{s['deserialize_cpu_s']:.2f}", f"{s['gc_s']:.2f}",
+            f"{s['input_mb']:.1f} ({s['input_records']:,})",
+            f"{s['shuffle_read_mb']:.1f} ({s['shuffle_read_records']:,})",
+            f"{s['shuffle_write_mb']:.1f} ({s['shuffle_write_records']:,})",
+            f"{s['spill_mem_mb']:.0f}/{s['spill_disk_mb']:.0f}",
+            s["what"][:60],
+        )  # fmt: skip
+    task_cpu = sum(s["cpu_s"] + s["deserialize_cpu_s"] for s in done)
+    table.add_row(
+        "all", str(len(done)), "", str(sum(s["tasks"] for s in done)), "",
+        f"{sum(s['run_s'] for s in done):.2f}", f"{sum(s['cpu_s'] for s in done):.2f}",
+        f"{sum(s['deserialize_cpu_s'] for s in done):.2f}", f"{sum(s['gc_s'] for s in done):.2f}",
+        "", "", "", "",
+        f"JVM CPU {jvm_cpu_s:.1f} s, outside tasks {jvm_cpu_s - task_cpu:.1f} s",
+    )  # fmt: skip
+    return table
 
 
 def next_job_id(spark: SparkSession) -> int:
@@ -167,6 +252,50 @@ def cpu_s(pid: int) -> float:
     local mode includes every executor thread, GC and the JIT (/proc/PID/stat fields 14 and 15)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds of each live thread of process `pid` by thread id, with its name
+    (/proc/PID/task/TID/stat: comm, utime, stime)."""
+    threads = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            raw = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        threads[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return threads
+
+
+THREAD_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("executor tasks", ("Executor task",)),
+    ("JIT compiler", ("C1 Compiler", "C2 Compiler")),
+    ("GC", ("GC Thread", "G1 ")),
+)
+
+
+def thread_kind(name: str) -> str:
+    """Executor task threads, the JIT's compiler threads, the garbage collector's threads, or the
+    rest (the driver: py4j threads that plan and submit jobs, the DAG scheduler, block manager...)."""
+    for kind, prefixes in THREAD_KINDS:
+        if name.startswith(prefixes):
+            return kind
+    return "driver and other"
+
+
+def cpu_by_thread_kind(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], process_cpu_s: float
+) -> dict[str, float]:
+    """The JVM's CPU during a call split by kind of thread (`thread_kind`); CPU of threads that
+    ended before `after` was taken is only in the process total (`ended threads`)."""
+    kinds: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        kind = thread_kind(name)
+        kinds[kind] = kinds.get(kind, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+    kinds["ended threads"] = process_cpu_s - sum(kinds.values())
+    return {kind: round(cpu, 2) for kind, cpu in kinds.items()}
 
 
 def python_cpu_s() -> float:
@@ -285,6 +414,7 @@ def one_job(
     master: str,
     console: Console,
     profile: bool,
+    stages_wanted: bool = False,
 ) -> dict[str, Any]:
     """One run of a checkout's whole job (with the HTML report) on `path`."""
     checkout.build_session(master)  # its runtime settings on the shared session
@@ -305,7 +435,9 @@ def one_job(
 
     first_job = next_job_id(spark)
     load_before = load_average()
+    threads_before = thread_cpu_s(pid)
     took, data = measured(pid, job)
+    by_thread = cpu_by_thread_kind(threads_before, thread_cpu_s(pid), took.jvm_cpu_s)
     job_s = took.wall_s
     jobs = spark_jobs_since(spark, first_job)
     jvm_peak = peak_rss_mb(pid)
@@ -321,6 +453,7 @@ def one_job(
         "failing": data.failing,  # type: ignore[attr-defined]
         "stages": {n: {"wall_s": round(wall, 2), "jvm_cpu_s": round(cpu, 2)} for n, wall, cpu in stages},
         "spark_jobs": len(jobs),
+        "jvm_cpu_s_by_thread": by_thread,
         "load": f"{load_before} -> {load_average()}",
     }
     console.print(
@@ -328,6 +461,13 @@ def one_job(
         f"load {result['load']}, stages (wall, JVM CPU s) "
         + "; ".join(f"{n[:30]} {w:.1f}/{c:.1f}" for n, w, c in stages)
     )
+    if stages_wanted:
+        result["spark_stages"] = stage_metrics(spark, jobs)
+        console.print(stages_table(f"{checkout.name}: Spark stages", result["spark_stages"], took.jvm_cpu_s))
+        console.print(
+            f"  {checkout.name}: JVM CPU by thread kind (s): "
+            + ", ".join(f"{kind} {cpu:.1f}" for kind, cpu in by_thread.items())
+        )
     if profile:
         result["jobs"] = jobs
         for j in jobs:
@@ -369,14 +509,21 @@ def rounds_for_size(
     runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checkouts}
     floors: list[Measured] = []
     for round_no in range(1, args.repeats + 1):
+        floor_first_job = next_job_id(spark)
         floor = scan_floor(spark, path, pid)
         floors.append(floor)
+        floor_note = ""
+        if args.stages:
+            scan = stage_metrics(spark, spark_jobs_since(spark, floor_first_job))
+            floor_note = ", floor stages (task CPU s, input MB): " + "; ".join(
+                f"{s['stage']} {s['cpu_s']:.2f} {s['input_mb']:.1f}" for s in scan
+            )
         console.print(
             f"{actual:,} rows, round {round_no}: floor {floor.wall_s:.2f}s wall, JVM CPU "
-            f"{floor.jvm_cpu_s:.2f}s, load {load_average()}"
+            f"{floor.jvm_cpu_s:.2f}s, load {load_average()}{floor_note}"
         )
         for checkout in checkouts:
-            run = one_job(spark, checkout, path, pid, args.master, console, args.profile)
+            run = one_job(spark, checkout, path, pid, args.master, console, args.profile, args.stages)
             run["floor_wall_s"], run["floor_jvm_cpu_s"] = round(floor.wall_s, 2), round(floor.jvm_cpu_s, 2)
             run["x_floor_wall"] = round(run["validate_s"] / floor.wall_s, 2)
             run["x_floor_cpu"] = round(run["jvm_cpu_s"] / max(floor.jvm_cpu_s, 0.01), 2)
@@ -399,6 +546,8 @@ def rounds_for_size(
                 "x_floor_cpu_median": round(statistics.median(r["x_floor_cpu"] for r in done), 2),
                 "x_floor_wall_runs": [r["x_floor_wall"] for r in done],
                 "x_floor_cpu_runs": [r["x_floor_cpu"] for r in done],
+                "jvm_cpu_s_runs": [r["jvm_cpu_s"] for r in done],
+                "jvm_cpu_s_by_thread_runs": [r["jvm_cpu_s_by_thread"] for r in done],
                 "goal": goal_for(actual),
                 "python_peak_rss_mb": round(py_peak),
                 "all_runs_s": [r["validate_s"] for r in done],
@@ -452,8 +601,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="another checkout's root, run in the same process")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per size (floor, then each checkout)")
     parser.add_argument("--profile", action="store_true", help="print every Spark job of every run")
+    parser.add_argument(
+        "--stages", action="store_true", help="print every Spark stage of every run with its task metrics"
+    )
     args = parser.parse_args(argv)
-    console = Console(width=180)
+    console = Console(width=250 if args.stages else 180)
     spark = build_session(
         args.master, app_name="group-replay-bench-validator", driver_memory=args.driver_memory
     )
