@@ -5,7 +5,7 @@
    two Java clients; static and dynamic members; one static member bounced) joining through it;
 2. replay: the capture under two built-in scenarios (`group-replay scenarios list`), each against
    the reference coordinator (virtual time) and against a fresh live broker of the recorded version
-   (`broker-<version>`, started with the capture's group settings);
+   (`broker-<version>`, started with the capture's group settings); the live runs go together;
 3. validate: Spark diffs every live run against the reference under the same scenario and writes
    the HTML report;
 4. the verdict table, the report's path and what to try next.
@@ -22,7 +22,8 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,15 +219,46 @@ def _record(args: argparse.Namespace, paths: DemoPaths, steps: Steps) -> Any:
     return render_table(run)
 
 
+class _LiveRun:
+    """One scenario's live replay (its own fresh broker), running in a thread beside the others:
+    the runs wait on broker timers, not on the CPU, so the scenarios' live runs take about as long
+    together as the longest alone. The step that shows a run shows its latest progress."""
+
+    def __init__(self, pool: ThreadPoolExecutor, plan: Any, scenario: Any, args: argparse.Namespace) -> None:
+        from replay.live import replay_broker_version
+
+        self.latest: tuple[int, int] | None = None
+        self.future = pool.submit(
+            replay_broker_version,
+            plan,
+            scenario,
+            kafka_version=args.kafka_version,
+            speed=args.speed,
+            progress=self._progress,
+        )
+
+    def _progress(self, now_ms: int, end_ms: int) -> None:
+        self.latest = (now_ms, end_ms)
+
+    def result(self, report: Callable[[int, int], None] | None) -> Any:
+        """The run's result (its exception, re-raised), showing its progress meanwhile."""
+        while True:
+            try:
+                return self.future.result(timeout=0.5)
+            except TimeoutError:
+                if report is not None and self.latest is not None:
+                    report(*self.latest)
+
+
 def _replay(
     args: argparse.Namespace, paths: DemoPaths, steps: Steps, scenarios: Sequence[Any]
 ) -> list[tuple[str, Any]]:
-    """Step 3: every scenario against the reference and (unless --no-live) a fresh broker."""
+    """Step 3: every scenario against the reference and (unless --no-live) a fresh broker; the
+    live runs go together (`_LiveRun`), each step shows and writes one scenario's."""
     from proxy.capture.reader import read_capture
     from replay.brokers import group_settings
     from replay.cli import run_progress, speed_warning
     from replay.events import write_jsonl
-    from replay.live import replay_broker_version
     from replay.plan import build_plan, recorded_events
     from replay.run import replay_reference
 
@@ -238,30 +270,26 @@ def _replay(
     if not args.no_live and args.speed > 1 and delay_ms > 0:  # a --bootstrap broker's settings
         steps.note(speed_warning(args.speed, delay_ms))
     results: list[tuple[str, Any]] = []
-    for scenario in scenarios:
-        targets = "the reference" + ("" if args.no_live else f" and Kafka {args.kafka_version}")
-        with steps.step(f"replaying under {scenario.name} against {targets}"):
-            events = list(recorded_events(plan, scenario.name))
-            for live in (False,) if args.no_live else (False, True):
-                if live:
+    with ThreadPoolExecutor(max_workers=max(len(scenarios), 1)) as pool:
+        live = {} if args.no_live else {s.name: _LiveRun(pool, plan, s, args) for s in scenarios}
+        for scenario in scenarios:
+            targets = "the reference" + ("" if args.no_live else f" and Kafka {args.kafka_version}")
+            with steps.step(f"replaying under {scenario.name} against {targets}"):
+                events = list(recorded_events(plan, scenario.name))
+                runs = [replay_reference(plan, scenario)]  # virtual time: done in a moment
+                steps.note(_run_line(runs[0]))
+                if scenario.name in live:
                     label = f"      broker:{args.kafka_version} at speed {args.speed:g}"
                     with run_progress(True, label) as report:
-                        result = replay_broker_version(
-                            plan,
-                            scenario,
-                            kafka_version=args.kafka_version,
-                            speed=args.speed,
-                            progress=report,
-                        )
-                else:
-                    result = replay_reference(plan, scenario)  # virtual time: done in a moment
-                events.extend(result.events)
-                results.append((scenario.name, result))
-                steps.note(_run_line(result))
-            target = paths.scenario_events(scenario.name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with target.open("w", encoding="utf-8") as handle:
-                write_jsonl(events, handle)
+                        runs.append(live[scenario.name].result(report))
+                    steps.note(_run_line(runs[1]))
+                for result in runs:
+                    events.extend(result.events)
+                    results.append((scenario.name, result))
+                target = paths.scenario_events(scenario.name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with target.open("w", encoding="utf-8") as handle:
+                    write_jsonl(events, handle)
     return results
 
 

@@ -1,6 +1,6 @@
 """`group-replay replay` and `group-replay scenarios`.
 
-    group-replay replay CAPTURE... [--scenario NAME|FILE] [--against reference|HOST:PORT|broker:VERSION]
+    group-replay replay CAPTURE... [--scenario NAME|FILE]... [--against reference|HOST:PORT|broker:VERSION]
                         --out DIR [--speed X] [--progress on|off]
     group-replay scenarios list | show NAME|FILE
 
@@ -221,7 +221,7 @@ def _parse_against(value: str) -> tuple[str, str | None]:
     return "address", value
 
 
-def replay_main(argv: list[str]) -> int:  # noqa: C901 - the command's checks in the order a user meets them, each with its exit code
+def replay_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="group-replay replay",
         description="replay captured consumer groups against the reference coordinator or a live broker",
@@ -229,7 +229,13 @@ def replay_main(argv: list[str]) -> int:  # noqa: C901 - the command's checks in
     parser.add_argument(
         "captures", nargs="+", type=Path, metavar="CAPTURE", help="pcapng captures from the proxy"
     )
-    parser.add_argument("--scenario", default="as-recorded", help="built-in scenario name or YAML file")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        help="built-in scenario name or YAML file (default as-recorded); give it more than once to replay "
+        f"the captures under each in one run: {SCENARIO_FIELD} in --out, --junit-xml and --summary-json "
+        "stands for the scenario's name (--out without it gets one directory per scenario)",
+    )
     parser.add_argument("--against", default="reference", help="reference | HOST:PORT | broker:VERSION")
     parser.add_argument(
         "--out", type=Path, required=True, help="directory for events.jsonl (+ events.parquet)"
@@ -259,7 +265,8 @@ def replay_main(argv: list[str]) -> int:  # noqa: C901 - the command's checks in
         return int(exc.code or 0)
     err = _console(stderr=True)
     try:
-        scenario = resolve_scenario(args.scenario)
+        scenarios = [resolve_scenario(name) for name in args.scenario or ["as-recorded"]]
+        _check_several(args, [scenario.name for scenario in scenarios])
         target, target_arg = _parse_against(args.against)
         if args.speed <= 0:
             raise ValueError("--speed must be > 0")
@@ -268,7 +275,7 @@ def replay_main(argv: list[str]) -> int:  # noqa: C901 - the command's checks in
         return 2
 
     from proxy.capture.reader import CaptureFormatError, read_capture
-    from replay.plan import ReplayInputError, build_plan, recorded_events
+    from replay.plan import ReplayInputError, build_plan
 
     plans = []
     for path in args.captures:
@@ -293,6 +300,42 @@ def replay_main(argv: list[str]) -> int:  # noqa: C901 - the command's checks in
     # The plans live for the whole run: keep the collector from walking their ~1M objects again.
     gc.collect()
     gc.freeze()
+    # Each scenario runs and writes as its own command would; the exit code is the worst of theirs.
+    return max(_replay_scenario(args, scenario, plans, target, target_arg) for scenario in scenarios)
+
+
+SCENARIO_FIELD = "{scenario}"
+
+
+def _check_several(args: argparse.Namespace, names: list[str]) -> None:
+    """Several --scenario: each needs its own files, so a report path must name the scenario."""
+    if len(set(names)) < len(names):
+        raise ValueError(f"--scenario: a scenario given twice ({', '.join(sorted(names))})")
+    if len(names) == 1:
+        return
+    for option, path in (("--junit-xml", args.junit_xml), ("--summary-json", args.summary_json)):
+        if path is not None and SCENARIO_FIELD not in str(path):
+            raise ValueError(f"{option} {path}: with several --scenario the file name needs {SCENARIO_FIELD}")
+
+
+def _scenario_path(path: Path | None, name: str, several: bool) -> Path | None:
+    """`path` for scenario `name`: its {scenario} replaced; else `path` (one scenario) or, for
+    --out with several, a directory per scenario under it."""
+    if path is None or SCENARIO_FIELD in str(path):
+        return None if path is None else Path(str(path).replace(SCENARIO_FIELD, name))
+    return path / name if several else path
+
+
+def _replay_scenario(
+    args: argparse.Namespace, scenario: Any, plans: list[Any], target: str, target_arg: str | None
+) -> int:
+    """Every plan under `scenario`: its events file, summary, JUnit/JSON and exit code."""
+    from replay.plan import recorded_events
+
+    err = _console(stderr=True)
+    several = len(args.scenario or ()) > 1
+    out = _scenario_path(args.out, scenario.name, several)
+    assert out is not None
     events: list[RebalanceEvent] = []
     results: list[tuple[str, Any]] = []
     progress_on = args.progress == "on"
@@ -307,9 +350,9 @@ def replay_main(argv: list[str]) -> int:  # noqa: C901 - the command's checks in
         events.extend(result.events)
         results.append((plan.session_id, result))
 
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     if args.format == "parquet":
-        target_file = args.out / "events.parquet"
+        target_file = out / "events.parquet"
         try:
             write_parquet(events, target_file)
         except ImportError:
@@ -318,7 +361,7 @@ def replay_main(argv: list[str]) -> int:  # noqa: C901 - the command's checks in
             )
             return 2
     else:
-        target_file = args.out / "events.jsonl"
+        target_file = out / "events.jsonl"
         with target_file.open("w", encoding="utf-8") as handle:
             write_jsonl(events, handle)
     settings = {plan.session_id: group_settings(plan.group_settings).describe() for plan in plans}
@@ -335,11 +378,13 @@ def replay_main(argv: list[str]) -> int:  # noqa: C901 - the command's checks in
             err.print(f"[red]{session} {r.run}: expectation failed: {escape(failure)}[/]")
     # not run: the scenario cannot apply to this target, a usage error (kept as not_run rows)
     code = 2 if not_run else 1 if failed else 0
-    if args.junit_xml is not None or args.summary_json is not None:
+    junit = _scenario_path(args.junit_xml, scenario.name, several)
+    summary = _scenario_path(args.summary_json, scenario.name, several)
+    if junit is not None or summary is not None:
         from replay.ci_report import write_replay_outputs
 
         write_replay_outputs(
-            args.junit_xml, args.summary_json, results, scenario.name, code,
+            junit, summary, results, scenario.name, code,
             against=args.against, events_file=str(target_file), events=len(events),
         )  # fmt: skip
     return code

@@ -83,6 +83,40 @@ def test_replay_writes_one_case_per_run_with_the_unmet_expectations(capture: Pat
     assert [c.find("failure") for c in _cases(junit.read_text())] == [None]
 
 
+def test_several_scenarios_in_one_run_write_each_ones_files_and_the_worst_exit_code(
+    capture: Path, tmp_path: Path
+) -> None:
+    """`--scenario` more than once (docs/ci/replay-corpus.sh): each scenario's events, JUnit and
+    summary land where its own command would write them ({scenario} in the paths), each summary
+    carries that scenario's exit code, and the command exits with the worst."""
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("name: wrong\ndescription: d\nrolling: {start_ms: 1000}\nexpect: {rebalances: 0}\n")
+    names = ["static-leader-bounce", "wrong", "as-recorded"]
+    scenario_args = [arg for name in names for arg in ("--scenario", str(wrong) if name == "wrong" else name)]
+    ci = tmp_path / "ci"
+    argv = ["replay", str(capture), *scenario_args, "--out", str(tmp_path / "events"), "--progress", "off"]
+    reports = [
+        "--junit-xml",
+        str(ci / "replay-{scenario}.xml"),
+        "--summary-json",
+        str(ci / "{scenario}.json"),
+    ]
+    assert group_replay([*argv, *reports]) == 1
+    for name, code in zip(names, [0, 1, 0], strict=True):
+        rows = (tmp_path / "events" / name / "events.jsonl").read_text().splitlines()
+        assert rows and {json.loads(row)["scenario"] for row in rows} == {name}
+        [case] = _cases((ci / f"replay-{name}.xml").read_text())
+        assert case.get("classname") == f"ci-group.{name}"
+        assert (case.find("failure") is not None) == (code == 1)
+        document = json.loads((ci / f"{name}.json").read_text())
+        assert (document["scenario"], document["exit_code"]) == (name, code)
+    # Several scenarios cannot share one report file, nor run one scenario twice: usage errors.
+    assert group_replay([*argv, "--junit-xml", str(ci / "one.xml")]) == 2
+    assert group_replay(["replay", str(capture), "--scenario", "as-recorded", "--scenario", "as-recorded",
+                         "--out", str(tmp_path / "twice")]) == 2  # fmt: skip
+    assert not (ci / "one.xml").exists() and not (tmp_path / "twice").exists()
+
+
 @pytest.mark.spark
 @pytest.mark.skipif(java_problem() is not None, reason=f"Spark needs Java: {java_problem()}")
 def test_validate_writes_every_comparison_with_its_differences(tmp_path: Path) -> None:
