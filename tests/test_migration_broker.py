@@ -25,6 +25,7 @@ from replay.migration import refused_members
 from replay.plan import ReplayPlan, build_plan
 from replay.run import RunResult, replay_reference
 from replay.scenario import load_builtin
+from tests.conftest import max_brokers
 from tests.test_migration_scenarios import CAPTURE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -128,11 +129,11 @@ def live_runs(
     `group.consumer.migration.policy` once into GroupCoordinatorConfig; it is not in
     GroupCoordinatorConfig.RECONFIGURABLE_CONFIGS, so IncrementalAlterConfigs cannot change it),
     hence one broker per policy, as many policies at once as the factory keeps brokers running
-    (GROUP_REPLAY_MAX_BROKERS, default 2)."""
+    (tests.conftest.max_brokers(): all four policies at once by default)."""
     by_policy: dict[str, list[str]] = {}
     for name in _selected(request.session):
         by_policy.setdefault(load_builtin(name).broker.migration_policy.value, []).append(name)
-    limit = int(os.environ.get("GROUP_REPLAY_MAX_BROKERS", "2"))
+    limit = max_brokers()
     policies = list(by_policy)
     results: dict[str, tuple[ReplayPlan, RunResult]] = {}
     for start in range(0, len(policies), limit):
