@@ -11,6 +11,7 @@ the new coordinator afterwards.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create the topic on the cluster. Right after a node restart (the previous test's kill),
+    librdkafka can drop a broker handle that metadata briefly left out while the request was in
+    flight (_DESTROY_BROKER) or answer a retriable error: try again then (an already created
+    topic counts as done)."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=3)])[topic].result(60)
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=3)
+    for attempt in range(3):
+        try:
+            admin.create_topics([new])[topic].result(60)
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if attempt and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if attempt == 2 or not (error.retriable() or error.code() == KafkaError._DESTROY_BROKER):
+                raise
+        time.sleep(2)
 
 
 def _coordinator(bootstrap: str, group: str) -> int:
