@@ -53,6 +53,13 @@ DEFAULT_MAX_BROKERS = 4
 _WORKHORSES = {(KAFKA_39, False, (), ()), (KAFKA_4X, None, (), ())}
 
 
+def batch_brokers() -> int:
+    """How many brokers of other specs a test may start and keep using at once: `max_brokers()`
+    less the two workhorse specs the factory stops last (with 4: two, beside kafka_39 and
+    kafka_4x; asking for more makes the factory stop one of the batch's own)."""
+    return max(1, max_brokers() - len(_WORKHORSES))
+
+
 def max_brokers() -> int:
     """`GROUP_REPLAY_MAX_BROKERS`, else `DEFAULT_MAX_BROKERS`: tests that start brokers in batches
     read the limit here, so they never ask the factory to stop one they still use."""

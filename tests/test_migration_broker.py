@@ -25,7 +25,7 @@ from replay.migration import refused_members
 from replay.plan import ReplayPlan, build_plan
 from replay.run import RunResult, replay_reference
 from replay.scenario import load_builtin
-from tests.conftest import max_brokers
+from tests.conftest import batch_brokers
 from tests.test_migration_scenarios import CAPTURE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -129,11 +129,12 @@ def live_runs(
     `group.consumer.migration.policy` once into GroupCoordinatorConfig; it is not in
     GroupCoordinatorConfig.RECONFIGURABLE_CONFIGS, so IncrementalAlterConfigs cannot change it),
     hence one broker per policy, as many policies at once as the factory keeps brokers running
-    (tests.conftest.max_brokers(): all four policies at once by default)."""
+    (tests.conftest.batch_brokers(): two policies at a time by default, beside the workhorse
+    brokers the factory keeps)."""
     by_policy: dict[str, list[str]] = {}
     for name in _selected(request.session):
         by_policy.setdefault(load_builtin(name).broker.migration_policy.value, []).append(name)
-    limit = max_brokers()
+    limit = batch_brokers()
     policies = list(by_policy)
     results: dict[str, tuple[ReplayPlan, RunResult]] = {}
     for start in range(0, len(policies), limit):
