@@ -444,7 +444,9 @@ def test_reference_matches_kafka(
         for i, (k, r) in enumerate(zip(observed, expected, strict=True))
         if k != r
     ]
-    assert not differences, "\n".join(differences)
+    # The topic ids decide the uniform assignor's Java hash order: name them, so a rare
+    # disagreement can be replayed against the reference offline.
+    assert not differences, "\n".join([*differences, f"topic ids: {ids}"])
     if late is not None:  # the late topic was assigned once it existed
         assert f"{late[0]}-0" in repr(observed[-1])
 
