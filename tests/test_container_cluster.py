@@ -77,12 +77,22 @@ def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p.id: p.leader for p in found.topics[topic].partitions.values()}
 
 
+# Kafka's raft logs each follower transition with the leader endpoints it will fetch from
+# (QuorumState: "Completed transition to FollowerState(... leaderEndpoints=Endpoints(endpoints={
+# ListenerName(CONTROLLER)=host/<unresolved>:port})").
+_FOLLOWER_OF = re.compile(r"Completed transition to FollowerState\(.*?ListenerName\(CONTROLLER\)=([^/]+)/")
 _QUORUM_EVENT = re.compile(r"Completed transition to \w+|Fencing broker|Becoming the active|Error connecting")
 
 
 def _log(container: str) -> str:
     found = subprocess.run(["podman", "logs", container], capture_output=True, text=True)
     return found.stdout + found.stderr
+
+
+def _address(container: str) -> str:
+    inspected = subprocess.run(["podman", "inspect", "-f", "{{.NetworkSettings.IPAddress}}", container],
+                               capture_output=True, text=True)  # fmt: skip
+    return inspected.stdout.strip()
 
 
 def _quorum_events(containers: list[str]) -> str:
@@ -122,6 +132,11 @@ def test_a_container_cluster_from_the_command_line_survives_a_node_kill(tmp_path
         assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == set(bootstrap.split(","))
         create_topic(bootstrap, "replicated", 3, replication=3)
         _produce(bootstrap, "replicated", "before")
+        # Followers fetch from the endpoints the quorum leader advertises, which must be the
+        # address the voters list names (not the container id as hostname, which no other
+        # container resolves: a follower that lost its connection could not open another).
+        fetched_from = {host for c in containers for host in _FOLLOWER_OF.findall(_log(c))}
+        assert fetched_from and fetched_from <= {_address(c) for c in containers}, fetched_from
 
         killed = _cli(run_dir, "stop", "--node", "1", env=env)
         assert killed.returncode == 0 and "killed node 1" in killed.stdout, killed.stderr
