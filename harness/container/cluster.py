@@ -8,6 +8,18 @@ reach each other on the engine's bridge network by container address: the contro
 clients reach every node on its PLAINTEXT listener's mapped port on 127.0.0.1, which is what each
 node advertises. The containers start first and wait for their start script (the harness's
 image does), so every address is known before any node's configuration is written.
+
+The CONTROLLER listener binds the container's own address, the one the voters list names. A
+controller advertises its CONTROLLER listener as `listeners` gives it when `advertised.listeners`
+does not name it (3.9's KafkaConfig.effectiveAdvertisedControllerListeners), a wildcard host
+becoming the local hostname (ListenerInfo.withWildcardHostnamesResolved): the container id, which
+no other container resolves. The quorum leader sends those endpoints to its followers
+(BeginQuorumEpoch, Vote and Fetch responses) and a follower fetches from them
+(KafkaRaftClient.maybeSendFetchOrFetchSnapshot -> FollowerState.leaderNode; KAFKA-20380), while
+Vote requests go to the voters list. So a follower whose connection to the leader dropped (a
+request timeout under load) got UnknownHostException until it stood for election itself; with one
+node killed, the leader needs that follower to commit anything (fencing the dead broker, moving
+its partitions' leaders), so every dropped connection stalled the quorum for an election.
 """
 
 from __future__ import annotations
@@ -63,7 +75,7 @@ class ClusterNodeContainer(ApacheKafkaContainer):
             "node.id": str(self.node_id),
             "controller.quorum.voters": self.voters,
             "listeners": f"PLAINTEXT://0.0.0.0:{BROKER_PORT},INTERNAL://0.0.0.0:{INTERNAL_PORT},"
-            f"CONTROLLER://0.0.0.0:{CONTROLLER_PORT}",
+            f"CONTROLLER://{own}:{CONTROLLER_PORT}",
             "advertised.listeners": f"PLAINTEXT://{self.bootstrap},INTERNAL://{own}:{INTERNAL_PORT}",
             "inter.broker.listener.name": "INTERNAL",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",

@@ -19,9 +19,11 @@ from pathlib import Path
 from harness.maven import ProgressCallback, broker_libs, java_path
 
 IMAGE_REPOSITORY = "localhost/group-replay-kafka"
-# Modules the broker loads (JMX, JAAS/SASL, naming, XML, the unsafe/zip bits Kafka and Scala use).
+# Modules the broker loads (JMX, JAAS/SASL, naming, XML, the unsafe/zip bits Kafka and Scala use;
+# java.desktop for java.beans, which reload4j's PropertyConfigurator needs: without it Kafka 3.x
+# logs nothing at all, "NoClassDefFoundError: java/beans/IntrospectionException").
 JRE_MODULES = (
-    "java.base,java.compiler,java.instrument,java.logging,java.management,java.management.rmi,"
+    "java.base,java.compiler,java.desktop,java.instrument,java.logging,java.management,java.management.rmi,"
     "java.naming,java.net.http,java.rmi,java.scripting,java.security.jgss,java.security.sasl,java.sql,"
     "java.transaction.xa,java.xml,jdk.crypto.ec,jdk.jfr,jdk.management,jdk.naming.dns,"
     "jdk.security.auth,jdk.unsupported,jdk.zipfs"
