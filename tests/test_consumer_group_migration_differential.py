@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -603,11 +604,18 @@ def batch_of(policy: MigrationPolicy) -> Batch:
     return next(batch for batch in BATCHES if policy in batch)
 
 
+class PolicyBatch(NamedTuple):
+    brokers: dict[MigrationPolicy, PolicyBroker]
+    live: dict[str, Future[tuple[ReplayPlan, RunResult]]]  # scenario name -> its live replay
+
+
 @pytest.fixture(scope="module")
-def policy_brokers(request: pytest.FixtureRequest, broker_factory) -> dict[MigrationPolicy, PolicyBroker]:
+def policy_brokers(request: pytest.FixtureRequest, broker_factory) -> Iterator[PolicyBatch]:
     """The brokers of one batch of policies (the parameter), each with a 4-partition topic for
-    the scripts. Module-scoped and parametrized indirectly by every test here, so pytest runs all
-    the tests of a batch - scripts and live replays - while its brokers run."""
+    the scripts, and the batch's live replays started in the background. Module-scoped and
+    parametrized indirectly by every test here, so pytest runs all the tests of a batch while its
+    brokers run: the scripts play while the replays wait on the broker's timers (each replay is
+    about a minute of scaled real time, in its own renamed group)."""
     brokers = {}
     for policy in request.param:
         broker = broker_factory(KAFKA_4X, extra_config=policy_broker_config(policy))
@@ -620,7 +628,10 @@ def policy_brokers(request: pytest.FixtureRequest, broker_factory) -> dict[Migra
         finally:
             probe.close()
         brokers[policy] = PolicyBroker(broker.bootstrap, ids)
-    return brokers
+    names = _selected(request.session, request.param)
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        live = {name: pool.submit(live_replay, name, brokers[_policy(name)].bootstrap) for name in names}
+        yield PolicyBatch(brokers, live)
 
 
 # One parameter per (policy, script) beside the batch: module-scoped parameters that repeat (the
@@ -636,10 +647,10 @@ def policy_brokers(request: pytest.FixtureRequest, broker_factory) -> dict[Migra
     scope="module",
 )
 def test_online_migration_matches_kafka(
-    policy_brokers: dict[MigrationPolicy, PolicyBroker], case: tuple[MigrationPolicy, str]
+    policy_brokers: PolicyBatch, case: tuple[MigrationPolicy, str]
 ) -> None:
     policy, script = case
-    bootstrap, ids = policy_brokers[policy]
+    bootstrap, ids = policy_brokers.brokers[policy]
     (topic,) = ids
     group_id = f"mig-{policy.value}-{uuid.uuid4().hex[:8]}"
     play = SCRIPTS[script]
@@ -693,21 +704,10 @@ def _selected(session: pytest.Session, batch: Batch) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def live_runs(
-    policy_brokers: dict[MigrationPolicy, PolicyBroker], request: pytest.FixtureRequest
-) -> dict[str, tuple[ReplayPlan, RunResult]]:
-    """scenario name -> (its plan, its live run): the batch's selected scenarios, concurrently.
-
-    Each run is about a minute of scaled real time spent waiting on the broker's timers, so the
-    runs of a batch go together, each in its own renamed group on its policy's broker."""
-    names = _selected(request.session, tuple(policy_brokers))
-    if not names:
-        return {}
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        futures = {
-            name: pool.submit(live_replay, name, policy_brokers[_policy(name)].bootstrap) for name in names
-        }
-        return {name: future.result() for name, future in futures.items()}
+def live_runs(policy_brokers: PolicyBatch) -> dict[str, tuple[ReplayPlan, RunResult]]:
+    """scenario name -> (its plan, its live run): the batch's selected scenarios, which ran
+    concurrently beside the batch's scripts."""
+    return {name: future.result() for name, future in policy_brokers.live.items()}
 
 
 def reference_like_the_broker(plan: ReplayPlan, scenario: Scenario) -> RunResult:
@@ -732,9 +732,7 @@ def reference_like_the_broker(plan: ReplayPlan, scenario: Scenario) -> RunResult
     ("policy_brokers", "name"), _live_params(), indirect=["policy_brokers"], scope="module"
 )
 def test_migration_on_kafka_43_meets_the_expectations_the_reference_meets(
-    policy_brokers: dict[MigrationPolicy, PolicyBroker],
-    live_runs: dict[str, tuple[ReplayPlan, RunResult]],
-    name: str,
+    policy_brokers: PolicyBatch, live_runs: dict[str, tuple[ReplayPlan, RunResult]], name: str
 ) -> None:
     assert KAFKA_4X.startswith("4.")
     scenario = load_builtin(name)
