@@ -37,6 +37,7 @@ from replay.coordinator import (
     RequestContext,
     Respond,
 )
+from replay.coordinator.consumer import ConsumerGroupConfig
 from replay.member import (
     HEARTBEAT,
     LEAVE,
@@ -389,8 +390,11 @@ class CoordinatorTransport:
     (`replay.live.Connection`); the reference used to take it at once and answer the held
     JoinGroup UNKNOWN_MEMBER_ID, which Kafka 3.9.2 never did."""
 
-    def __init__(self, runner: Runner, config: CoordinatorConfig | None) -> None:
+    def __init__(
+        self, runner: Runner, config: CoordinatorConfig | None, consumer: ConsumerGroupConfig | None = None
+    ) -> None:
         self.runner = runner
+        self.consumer_config = consumer
         self.coordinator = GroupCoordinator(config)
         self.records: list[Record] = []  # the coordinator's log (replay.coordinator.records)
         self.configure(self.coordinator)
@@ -400,7 +404,7 @@ class CoordinatorTransport:
 
     def configure(self, coordinator: GroupCoordinator) -> None:
         """The scenario's KIP-848 rules and topics, on this coordinator or one that replaces it."""
-        configure_consumer_groups(coordinator, self.runner)
+        configure_consumer_groups(coordinator, self.runner, self.consumer_config)
 
     def send(self, now_ms: int, flight: InFlight) -> None:
         queued = self._queued.get(flight.connection_id)
@@ -497,12 +501,14 @@ class CoordinatorTransport:
                     self._release(now_ms, flight.connection_id)
 
 
-def configure_consumer_groups(coordinator: GroupCoordinator, runner: Runner) -> None:
-    """KIP-848 on a reference coordinator (a new one too, e.g. after a restart): the scenario's
-    broker rules, and the topics the members know, with the ids the reference gives them, so the
-    observer names consumer-protocol assignments."""
+def configure_consumer_groups(
+    coordinator: GroupCoordinator, runner: Runner, config: ConsumerGroupConfig | None = None
+) -> None:
+    """KIP-848 on a reference coordinator (a new one too, e.g. after a restart): `config` (else
+    the scenario's broker rules on Kafka's defaults), and the topics the members know, with the
+    ids the reference gives them, so the observer names consumer-protocol assignments."""
     consumer = coordinator.consumer
-    consumer.coordinator.config = runner.scenario.broker.consumer_config()
+    consumer.coordinator.config = config or runner.scenario.broker.consumer_config()
     consumer.coordinator.topic_id_overrides.update(runner.plan.topic_ids)  # the recorded topic ids
     topics = {topic: count for seat in runner.seats for topic, count in seat.topics.items()}
     consumer.use_topics(topics)
@@ -550,10 +556,13 @@ def replay_reference(
     scenario: Scenario = AS_RECORDED,
     *,
     config: CoordinatorConfig | None = None,
+    consumer: ConsumerGroupConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """Replay against the in-process reference coordinator in virtual time, with the recorded
-    broker's group settings (capture header; Kafka's defaults where unknown) unless `config`."""
+    broker's group settings (capture header; Kafka's defaults where unknown) unless `config`,
+    and the scenario's KIP-848 broker rules on Kafka's group.consumer.* defaults unless
+    `consumer` (a comparison with a broker started with other group.consumer.* settings)."""
     if config is None:
         config = group_settings(plan.group_settings).coordinator_config()
     if scenario.uses_consumer_protocol or scenario.broker.build is not None or plan.uses_consumer_protocol:
@@ -564,7 +573,7 @@ def replay_reference(
         # the recorded membership: the members get the ids the recorded broker gave them
         config = dataclasses.replace(config, member_ids=RecordedMemberIds(plan))
     runner = Runner(plan, scenario, "reference")
-    end_ms = run_virtual(runner, CoordinatorTransport(runner, config), progress)
+    end_ms = run_virtual(runner, CoordinatorTransport(runner, config, consumer), progress)
     return runner.result(end_ms)
 
 

@@ -9,14 +9,25 @@ runs for the blocked call); the error codes, generations / member epochs, assign
 types and states (DescribeGroups v5, ConsumerGroupDescribe v1) must be the same. Every built-in
 migration scenario (replay/scenarios) names the script that plays its path (BUILT_IN_SCRIPTS),
 and every script runs under all four policies. Member ids the coordinator makes are named by
-their first appearance."""
+their first appearance.
+
+The live replays of the built-in migration scenarios (tests/test_migration_broker.py's scenarios:
+replay's members in scaled real time, checked against the reference replaying the same scenario)
+run here too, on the same brokers: one broker spec per policy (`policy_broker_config`) serves
+both, and the tests go in batches of `tests.conftest.batch_brokers()` policies (module-scoped
+`policy_brokers`), so each policy's broker starts once for both (docs/ci.md, "keeping its
+budget"). Each comparison configures the reference as that broker runs: the harness's
+TEST_SETTINGS and BROKER_CONFIG below."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
@@ -25,19 +36,28 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.static.primitive import i8
 
 from harness.admin import create_topic
+from harness.launch import TEST_SETTINGS
+from harness.lines import KAFKA_4X
 from proxy.wire.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
 from proxy.wire.errors import ErrorCode
+from replay.brokers import group_settings
 from replay.coordinator import CoordinatorConfig, GroupCoordinator, RequestContext, Respond
 from replay.coordinator import requests as Q
 from replay.coordinator.consumer import ConsumerGroupConfig, HeartbeatRequest
 from replay.coordinator.consumer.group import MigrationPolicy
 from replay.coordinator.consumer.wire import heartbeat_to_kio
-from replay.scenario import builtin_names, load_builtin
+from replay.events import EventName
+from replay.migration import refused_members
+from replay.plan import ReplayPlan
+from replay.run import RunResult, replay_reference
+from replay.scenario import Scenario, builtin_names, load_builtin
+from tests.conftest import batch_brokers
 from tests.test_consumer_group_differential import (
     KafkaConnection,
     await_topics_in_group_coordinator,
     topic_ids,
 )
+from tests.test_migration_broker import MIGRATION_SCENARIOS, joins, live_replay, trace
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -559,31 +579,78 @@ def test_every_builtin_migration_scenario_has_a_differential_script() -> None:
     assert set(BUILT_IN_SCRIPTS.values()) <= set(SCRIPTS)
 
 
-@pytest.fixture(scope="module", params=list(MigrationPolicy), ids=lambda p: p.value)
-def policy_broker(
-    request: pytest.FixtureRequest, broker_factory
-) -> tuple[MigrationPolicy, str, dict[str, uuid.UUID]]:
-    """One broker per policy (group.consumer.migration.policy is static: it is not in
+def policy_broker_config(policy: MigrationPolicy) -> dict[str, str]:
+    """The one spec of the suite's broker for `policy` (tests/test_consumer_group_migration_serve.py
+    takes the bidirectional one too): group.consumer.migration.policy is static (it is not in
     GroupCoordinatorConfig.RECONFIGURABLE_CONFIGS, and IncrementalAlterConfigs answers
-    INVALID_REQUEST), module-scoped so pytest runs every script of a policy on one broker."""
-    policy: MigrationPolicy = request.param
-    broker = broker_factory(
-        "4.3.1", extra_config={**BROKER_CONFIG, "group.consumer.migration.policy": policy.value}
-    )
-    topic = f"mig-{policy.value}-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic, 4)
-    probe = KafkaConnection(broker.bootstrap)
-    try:
-        ids = topic_ids(probe, [topic])
-        await_topics_in_group_coordinator(probe, {topic: 4})
-    finally:
-        probe.close()
-    return policy, broker.bootstrap, ids
+    INVALID_REQUEST), so each policy needs its own broker."""
+    return {**BROKER_CONFIG, "group.consumer.migration.policy": policy.value}
 
 
-@pytest.mark.parametrize("script", sorted(SCRIPTS))
-def test_online_migration_matches_kafka(script: str, policy_broker) -> None:
-    policy, bootstrap, ids = policy_broker
+class PolicyBroker(NamedTuple):
+    bootstrap: str
+    ids: dict[str, uuid.UUID]  # the topic the scripts use -> its id
+
+
+Batch = tuple[MigrationPolicy, ...]
+# The policies in batches the factory keeps running at once beside its workhorse brokers.
+BATCHES: list[Batch] = [
+    tuple(list(MigrationPolicy)[i : i + batch_brokers()])
+    for i in range(0, len(MigrationPolicy), batch_brokers())
+]
+
+
+def batch_of(policy: MigrationPolicy) -> Batch:
+    return next(batch for batch in BATCHES if policy in batch)
+
+
+class PolicyBatch(NamedTuple):
+    brokers: dict[MigrationPolicy, PolicyBroker]
+    live: dict[str, Future[tuple[ReplayPlan, RunResult]]]  # scenario name -> its live replay
+
+
+@pytest.fixture(scope="module")
+def policy_brokers(request: pytest.FixtureRequest, broker_factory) -> Iterator[PolicyBatch]:
+    """The brokers of one batch of policies (the parameter), each with a 4-partition topic for
+    the scripts, and the batch's live replays started in the background. Module-scoped and
+    parametrized indirectly by every test here, so pytest runs all the tests of a batch while its
+    brokers run: the scripts play while the replays wait on the broker's timers (each replay is
+    about a minute of scaled real time, in its own renamed group)."""
+    brokers = {}
+    for policy in request.param:
+        broker = broker_factory(KAFKA_4X, extra_config=policy_broker_config(policy))
+        topic = f"mig-{policy.value}-{uuid.uuid4().hex[:8]}"
+        create_topic(broker.bootstrap, topic, 4)
+        probe = KafkaConnection(broker.bootstrap)
+        try:
+            ids = topic_ids(probe, [topic])
+            await_topics_in_group_coordinator(probe, {topic: 4})
+        finally:
+            probe.close()
+        brokers[policy] = PolicyBroker(broker.bootstrap, ids)
+    names = _selected(request.session, request.param)
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        live = {name: pool.submit(live_replay, name, brokers[_policy(name)].bootstrap) for name in names}
+        yield PolicyBatch(brokers, live)
+
+
+# One parameter per (policy, script) beside the batch: module-scoped parameters that repeat (the
+# policy, the script) would make pytest reorder the tests by them, and start the batches again.
+@pytest.mark.parametrize(
+    ("policy_brokers", "case"),
+    [
+        pytest.param(batch_of(policy), (policy, script), id=f"{policy.value}-{script}")
+        for policy in MigrationPolicy
+        for script in sorted(SCRIPTS)
+    ],
+    indirect=["policy_brokers"],
+    scope="module",
+)
+def test_online_migration_matches_kafka(
+    policy_brokers: PolicyBatch, case: tuple[MigrationPolicy, str]
+) -> None:
+    policy, script = case
+    bootstrap, ids = policy_brokers.brokers[policy]
     (topic,) = ids
     group_id = f"mig-{policy.value}-{uuid.uuid4().hex[:8]}"
     play = SCRIPTS[script]
@@ -603,3 +670,83 @@ def test_online_migration_matches_kafka(script: str, policy_broker) -> None:
     if script == "upgrade-then-downgrade" and policy.upgrade_enabled:  # the final group type
         final = kafka.log[-1]
         assert (final[2] == "Stable") is policy.downgrade_enabled, final
+
+
+# The live replays: replay's members (ClassicMember, then ConsumerMember after their step) over
+# TCP in scaled real time against the batch's brokers, meeting the expectations the reference
+# meets (tests/test_migration_broker.py's MIGRATION_SCENARIOS, one per policy and direction).
+_LIVE_TEST = "test_migration_on_kafka_43_meets_the_expectations_the_reference_meets"
+
+
+def _policy(name: str) -> MigrationPolicy:
+    return load_builtin(name).broker.migration_policy
+
+
+def _live_params() -> list[Any]:
+    params = []
+    for p in MIGRATION_SCENARIOS:
+        name, marks = (p, ()) if isinstance(p, str) else (p.values[0], p.marks)
+        params.append(pytest.param(batch_of(_policy(str(name))), name, marks=marks, id=str(name)))
+    return params
+
+
+def _selected(session: pytest.Session, batch: Batch) -> list[str]:
+    """The scenario names of `batch`'s policies this session runs (selected, not skipped)."""
+    names = []
+    for item in session.items:
+        if item.originalname != _LIVE_TEST or not isinstance(item, pytest.Function):
+            continue
+        skipped = any(m.args and m.args[0] for m in item.iter_markers("skipif"))
+        name = item.callspec.params["name"]
+        if not skipped and _policy(name) in batch:
+            names.append(name)
+    return names
+
+
+@pytest.fixture(scope="module")
+def live_runs(policy_brokers: PolicyBatch) -> dict[str, tuple[ReplayPlan, RunResult]]:
+    """scenario name -> (its plan, its live run): the batch's selected scenarios, which ran
+    concurrently beside the batch's scripts."""
+    return {name: future.result() for name, future in policy_brokers.live.items()}
+
+
+def reference_like_the_broker(plan: ReplayPlan, scenario: Scenario) -> RunResult:
+    """The reference replaying `scenario` configured as the policy brokers run: the harness's
+    TEST_SETTINGS (group.initial.rebalance.delay.ms, group.min.session.timeout.ms) and
+    BROKER_CONFIG's group.consumer.* settings, the rest from the capture header (Kafka's defaults)."""
+    broker = {**TEST_SETTINGS, **BROKER_CONFIG}
+    classic = dataclasses.replace(
+        group_settings(plan.group_settings).coordinator_config(),
+        group_initial_rebalance_delay_ms=int(broker["group.initial.rebalance.delay.ms"]),
+        group_min_session_timeout_ms=int(broker["group.min.session.timeout.ms"]),
+    )
+    consumer = dataclasses.replace(
+        scenario.broker.consumer_config(),
+        session_timeout_ms=int(broker["group.consumer.session.timeout.ms"]),
+        assignment_interval_ms=int(broker["group.consumer.assignment.interval.ms"]),
+    )
+    return replay_reference(plan, scenario, config=classic, consumer=consumer)
+
+
+@pytest.mark.parametrize(
+    ("policy_brokers", "name"), _live_params(), indirect=["policy_brokers"], scope="module"
+)
+def test_migration_on_kafka_43_meets_the_expectations_the_reference_meets(
+    policy_brokers: PolicyBatch, live_runs: dict[str, tuple[ReplayPlan, RunResult]], name: str
+) -> None:
+    assert KAFKA_4X.startswith("4.")
+    scenario = load_builtin(name)
+    plan, live = live_runs[name]
+    reference = reference_like_the_broker(plan, scenario)
+    assert live.not_run is None and live.failures == (), (live.failures, trace(live.events))
+    assert reference.failures == ()
+    # the same migration: every member classic, then consumer; converted once; nobody refused
+    assert joins(live.events) == joins(reference.events)
+    converted = [e.detail for e in live.events if e.event == EventName.GROUP_CONVERTED]
+    assert converted == [e.detail for e in reference.events if e.event == EventName.GROUP_CONVERTED]
+    assert refused_members(live.events) == refused_members(reference.events)
+    # the broker's assignments are named by topic (the ids come from its Metadata)
+    received = {
+        tp for e in live.events if e.event == EventName.ASSIGNMENT_RECEIVED for tp in e.assignment or ()
+    }
+    assert received == {f"corpus-java-431-static-bounce-{p}" for p in range(3)}

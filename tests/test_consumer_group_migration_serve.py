@@ -13,8 +13,10 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from harness.admin import create_topic
+from harness.lines import KAFKA_4X
+from replay.coordinator.consumer.group import MigrationPolicy
 from tests.support.serve import served
-from tests.test_consumer_group_migration_differential import BROKER_CONFIG
+from tests.test_consumer_group_migration_differential import policy_broker_config
 from tests.test_consumer_group_serve import TOPIC_PARTITIONS, _held
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -70,9 +72,8 @@ def _rolling_migration(bootstrap: str) -> list[list[list[int]]]:
 
 
 def test_real_clients_upgrade_and_downgrade_like_kafka(serve_bidirectional: str, broker_factory) -> None:
-    broker = broker_factory(
-        "4.3.1", extra_config={**BROKER_CONFIG, "group.consumer.migration.policy": "bidirectional"}
-    )
+    # the differential's bidirectional broker (its module runs just before this one)
+    broker = broker_factory(KAFKA_4X, extra_config=policy_broker_config(MigrationPolicy.BIDIRECTIONAL))
     existing = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30).topics
     if "orders" not in existing:
         create_topic(broker.bootstrap, "orders", TOPIC_PARTITIONS)

@@ -4,28 +4,28 @@ members (replay.member.ClassicMember, then replay.consumer_member.ConsumerMember
 step) over TCP, in scaled real time, meeting the same expectations as against the reference,
 with the same joins per member, conversions and refusals. Every built-in migration scenario but
 the hour-long mixed steady state; and against Kafka 3.9, which serves no KIP-848 group, a
-`not_run` row."""
+`not_run` row.
+
+The scenarios and the live run are here; the Kafka 4.3.1 test itself
+(`test_migration_on_kafka_43_meets_the_expectations_the_reference_meets`) runs in
+tests/test_consumer_group_migration_differential.py, on the policy brokers the differential's
+scripts use (one broker per policy for both: docs/ci.md, "keeping its budget")."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness.broker import Broker
 from harness.lines import KAFKA_4X, KAFKA_39
 from proxy.capture.reader import read_capture
 from replay.events import EventName
 from replay.live import replay_live
-from replay.migration import refused_members
 from replay.plan import ReplayPlan, build_plan
-from replay.run import RunResult, replay_reference
+from replay.run import RunResult
 from replay.scenario import load_builtin
-from tests.conftest import batch_brokers
 from tests.test_migration_scenarios import CAPTURE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,7 +48,7 @@ def _fresh_group(plan: ReplayPlan, suffix: str) -> ReplayPlan:
     return dataclasses.replace(plan, scripts=scripts, partitions=partitions)
 
 
-def _joins(events: tuple) -> dict[str, list[str | None]]:  # type: ignore[type-arg]
+def joins(events: tuple) -> dict[str, list[str | None]]:  # type: ignore[type-arg]
     """member_key -> the protocol of each successful join, in order."""
     joins: dict[str, list[str | None]] = {}
     for e in events:
@@ -57,7 +57,7 @@ def _joins(events: tuple) -> dict[str, list[str | None]]:  # type: ignore[type-a
     return {k: [p for i, p in enumerate(v) if i == 0 or v[i - 1] != p] for k, v in joins.items()}
 
 
-def _trace(events: tuple) -> str:  # type: ignore[type-arg]
+def trace(events: tuple) -> str:  # type: ignore[type-arg]
     """The run's membership and assignment events, one a line: what to read when a live run
     misses an expectation (which member joined when, holding what)."""
     kinds = {
@@ -102,80 +102,14 @@ MIGRATION_SCENARIOS = [
     pytest.param("classic-to-consumer-rolling-upgrade-cooperative", marks=_VARIANT),
     pytest.param("classic-to-consumer-rolling-upgrade-static-cooperative", marks=_VARIANT),
 ]
-_TEST = "test_migration_on_kafka_43_meets_the_expectations_the_reference_meets"
 
 
-def _selected(session: pytest.Session) -> list[str]:
-    """The scenario names this session runs (the parametrized items selected and not skipped)."""
-    names = []
-    for item in session.items:
-        if item.originalname != _TEST or not isinstance(item, pytest.Function):
-            continue
-        skipped = any(m.args and m.args[0] for m in item.iter_markers("skipif"))
-        if not skipped:
-            names.append(item.callspec.params["name"])
-    return names
-
-
-@pytest.fixture(scope="module")
-def live_runs(
-    broker_factory: Callable[..., Broker], request: pytest.FixtureRequest
-) -> dict[str, tuple[ReplayPlan, RunResult]]:
-    """scenario name -> (its plan, its live run), the selected scenarios run concurrently.
-
-    Each run is about a minute of scaled real time spent waiting on the broker's timers, so the
-    runs of one policy share that policy's broker (each in its own renamed group) and go
-    together; the policy is a static broker config (Kafka 4.3.1 reads
-    `group.consumer.migration.policy` once into GroupCoordinatorConfig; it is not in
-    GroupCoordinatorConfig.RECONFIGURABLE_CONFIGS, so IncrementalAlterConfigs cannot change it),
-    hence one broker per policy, as many policies at once as the factory keeps brokers running
-    (tests.conftest.batch_brokers(): two policies at a time by default, beside the workhorse
-    brokers the factory keeps)."""
-    by_policy: dict[str, list[str]] = {}
-    for name in _selected(request.session):
-        by_policy.setdefault(load_builtin(name).broker.migration_policy.value, []).append(name)
-    limit = batch_brokers()
-    policies = list(by_policy)
-    results: dict[str, tuple[ReplayPlan, RunResult]] = {}
-    for start in range(0, len(policies), limit):
-        brokers = {
-            policy: broker_factory(KAFKA_4X, extra_config={"group.consumer.migration.policy": policy})
-            for policy in policies[start : start + limit]
-        }
-        runs = [(name, broker) for policy, broker in brokers.items() for name in by_policy[policy]]
-        with ThreadPoolExecutor(max_workers=len(runs)) as pool:
-            futures = {name: pool.submit(_live, name, broker.bootstrap) for name, broker in runs}
-            results.update({name: future.result() for name, future in futures.items()})
-    return results
-
-
-def _live(name: str, bootstrap: str) -> tuple[ReplayPlan, RunResult]:
+def live_replay(name: str, bootstrap: str) -> tuple[ReplayPlan, RunResult]:
+    """The capture replayed live under scenario `name` against `bootstrap`, in a fresh group."""
     plan = _fresh_group(build_plan(read_capture(CAPTURE), CAPTURE.stem), uuid.uuid4().hex[:8])
     return plan, replay_live(
         plan, load_builtin(name), address=bootstrap, run=f"broker-{KAFKA_4X}", speed=SPEED
     )
-
-
-@pytest.mark.parametrize("name", MIGRATION_SCENARIOS)
-def test_migration_on_kafka_43_meets_the_expectations_the_reference_meets(
-    live_runs: dict[str, tuple[ReplayPlan, RunResult]], name: str
-) -> None:
-    assert KAFKA_4X.startswith("4.")
-    scenario = load_builtin(name)
-    plan, live = live_runs[name]
-    reference = replay_reference(plan, scenario)
-    assert live.not_run is None and live.failures == (), (live.failures, _trace(live.events))
-    assert reference.failures == ()
-    # the same migration: every member classic, then consumer; converted once; nobody refused
-    assert _joins(live.events) == _joins(reference.events)
-    converted = [e.detail for e in live.events if e.event == EventName.GROUP_CONVERTED]
-    assert converted == [e.detail for e in reference.events if e.event == EventName.GROUP_CONVERTED]
-    assert refused_members(live.events) == refused_members(reference.events)
-    # the broker's assignments are named by topic (the ids come from its Metadata)
-    received = {
-        tp for e in live.events if e.event == EventName.ASSIGNMENT_RECEIVED for tp in e.assignment or ()
-    }
-    assert received == {f"corpus-java-431-static-bounce-{p}" for p in range(3)}
 
 
 def test_a_migration_scenario_against_kafka_39_is_a_not_run_row(broker_factory) -> None:

@@ -12,7 +12,8 @@ group goes through the same generations, conversion and final assignments.
 What needs no broker runs without one: the same story's capture is in fixtures/captures/
 consumer-protocol/ (tests/test_corpus.py replays it, tests/test_corpus_validate.py validates it),
 and a classic capture under the upgrade scenario against the broker and the reference is
-tests/test_migration_broker.py.
+tests/test_migration_broker.py's scenarios (run in tests/test_consumer_group_migration_differential.py
+on the policy brokers).
 """
 
 from __future__ import annotations
