@@ -7,7 +7,7 @@ head of its bucket (replay/coordinator/consumer/maporder.py). The cases are runs
 differential scenario "regex-subscription" on a real 4.0.1 broker whose two topic ids share a
 bucket of a 16-slot table (topic names and ids as that broker had them; `a` and `b` subscribe
 with one regex to t (3 partitions) and u (2)), with what `a` kept when `b` joined. Before the
-record order was modelled the reference broke such ties by topic id and disagreed with the first.
+record order was modelled the reference broke such ties by topic id and disagreed with four.
 """
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ TIES = [
      "d187023c-6eec-48e4-85fd-d32159abb65d", ("t-0", "t-1", "t-2")),
     ("cg-t-13730-94", "cg-u-13730-95", "d0e3f018-4b57-4ced-a630-2a830c856527",
      "a7aaed27-ea8b-4393-823b-0a4e3d5d44cd", ("t-0", "u-0", "u-1")),
+    ("cg-t-22747-40", "cg-u-22747-41", "eaf3f582-782e-430f-971f-fe41556950f9",
+     "19c7a601-b5b7-4562-9055-f9dba5e31bc0", ("t-0", "t-1", "t-2")),
+    ("cg-t-22747-73", "cg-u-22747-74", "dbfa13ac-fb1e-4c1c-88a7-46ca3dae25e7",
+     "9ed3b13c-e209-4809-906f-913c635524d9", ("t-0", "t-1", "t-2")),
+    ("cg-t-22747-76", "cg-u-22747-77", "c9e4f8ca-c2e0-4c32-8161-040c231ffa4e",
+     "395d2af5-e901-45dc-abc0-1e9a052740d8", ("t-0", "t-1", "t-2")),
 ]  # fmt: skip
 
 
