@@ -49,7 +49,7 @@ def reference_uniform_homogeneous(  # noqa: C901 - Kafka's builder step by step,
             quota += 1
             has_extra = True
         new: dict[UUID, frozenset[int]] = {}
-        for topic_id in java_hash_order(sorted(member.assignment)):
+        for topic_id in java_hash_order(member.assignment):  # fromRecord: ties in record (dict) order
             parts = member.assignment[topic_id]
             if topic_id not in subscribed:
                 continue

@@ -12,7 +12,9 @@ Ports of Kafka 4.3.1's group-coordinator (sources jar org.apache.kafka:kafka-gro
 Where Kafka's outcome depends on Java hash iteration order (the uniform builder walks a fresh
 `HashMap<String, ...>` of members and a `HashSet<Uuid>` of topics), `java_hash_order` reproduces
 java.util.HashMap's order: bucket `(h ^ h >>> 16) & (capacity - 1)` of the final table, ties in
-insertion order. Deviations, documented: (1) the insertion order fed to it is the group's join
+insertion order. A member's current target is walked in Assignment.fromRecord's order: its dict
+is kept in record order (maporder.py models the assignor map the record was written from).
+Deviations, documented: (1) the insertion order fed to it is the group's join
 order, while Kafka inserts in its TimelineHashMap's order, so two members whose ids land in the
 same bucket may come out swapped; (2) a member's partitions of one topic are walked ascending
 (Kafka walks a HashSet<Integer>, ascending whenever the set's table is larger than its largest
@@ -27,12 +29,12 @@ import gc
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from operator import itemgetter
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 from uuid import UUID
 
+from replay.coordinator.consumer.maporder import in_record_order as _in_record_order
+from replay.coordinator.consumer.maporder import java_hash_order, java_uuid_hash
 from replay.coordinator.hashorder import java_string_hash
-
-K = TypeVar("K", str, UUID)
 
 # member id -> topic id -> partitions
 Assignment = Mapping[UUID, frozenset[int]]
@@ -58,54 +60,6 @@ class MemberSpec(NamedTuple):
     assignment: Assignment  # the member's current TARGET assignment
 
 
-def _int32(value: int) -> int:
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
-
-
-@lru_cache(maxsize=1 << 12)
-def java_uuid_hash(value: UUID) -> int:
-    """org.apache.kafka.common.Uuid.hashCode: (int)(h >> 32) ^ (int) h with h = msb ^ lsb."""
-    h = (value.int >> 64) ^ (value.int & 0xFFFFFFFFFFFFFFFF)
-    return _int32((h >> 32) ^ h)
-
-
-def _java_hash_table_capacity(size: int, initial_capacity: int = 16) -> int:
-    capacity = initial_capacity
-    while size > capacity * 3 // 4:  # HashMap.resize when ++size > threshold (0.75 load factor)
-        capacity *= 2
-    return capacity
-
-
-@lru_cache(maxsize=1 << 16)
-def _string_spread(key: str) -> int:
-    h = java_string_hash(key) & 0xFFFFFFFF
-    return h ^ (h >> 16)
-
-
-@lru_cache(maxsize=1 << 12)
-def _uuid_spread(key: UUID) -> int:
-    h = java_uuid_hash(key) & 0xFFFFFFFF
-    return h ^ (h >> 16)
-
-
-def java_hash_order(keys: Iterable[K]) -> list[K]:
-    """`keys` (in insertion order) in the order a java.util.HashMap/HashSet holding them iterates.
-
-    Sorted on one int per key, bucket << 32 | insertion index (a target assignment orders every
-    member this way)."""
-    ordered = list(keys)
-    if len(ordered) < 2:
-        return ordered
-    mask = _java_hash_table_capacity(len(ordered)) - 1
-    if isinstance(ordered[0], UUID):
-        decorated = [((_uuid_spread(k) & mask) << 32) | i for i, k in enumerate(ordered)]
-    else:
-        decorated = [((_string_spread(str(k)) & mask) << 32) | i for i, k in enumerate(ordered)]
-    decorated.sort()
-    return [ordered[d & 0xFFFFFFFF] for d in decorated]
-
-
 def _partitions(topic_partitions: Mapping[UUID, int], topic_id: UUID) -> int:
     count = topic_partitions.get(topic_id, -1)
     if count == -1:
@@ -122,22 +76,39 @@ def _homogeneous(members: Sequence[MemberSpec]) -> bool:
 
 @lru_cache(maxsize=1 << 10)
 def _topic_order(topic_ids: frozenset[UUID]) -> tuple[UUID, ...]:
-    """The order Kafka walks a HashSet<Uuid> of these topics in (cached: a group's subscription
-    and most members' assignments repeat the same few sets)."""
+    """The order Kafka walks the group's HashSet<Uuid> of subscribed topics in (cached). Ties in
+    a bucket by topic id: Kafka's insertion order is its subscribed names' set order, unknown here."""
     return tuple(java_hash_order(sorted(topic_ids)))
 
 
+@lru_cache(maxsize=1 << 10)
+def _target_order(record: tuple[UUID, ...]) -> tuple[UUID, ...]:
+    """The order Kafka walks a member's current target in: Assignment.fromRecord's HashMap filled
+    in record order, which is the order of the target's dict here (maporder.record_order). Also
+    the subscribed HashSet<Uuid> filled in TopicIds order."""
+    return tuple(java_hash_order(record))
+
+
 def uniform(
-    members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int], homogeneous: bool | None = None
+    members: Sequence[MemberSpec],
+    topic_partitions: Mapping[UUID, int],
+    homogeneous: bool | None = None,
+    topic_order: Sequence[UUID] | None = None,
 ) -> GroupAssignment:
     """UniformAssignor.assign; `members` in Kafka's member-spec map order (see java_hash_order).
-    `homogeneous` is the group's SubscriptionType (None: the members' topic sets all equal)."""
+    `homogeneous` is the group's SubscriptionType (None: the members' topic sets all equal).
+    `topic_order`: the first member's subscribed topic ids in the order its TopicIds iterates them
+    (its names set's order), which the builder's `new HashSet<>(...)` keeps for ties in a bucket
+    (None: ties by topic id)."""
     if not members:
         return {}
     if not (_homogeneous(members) if homogeneous is None else homogeneous):
         return _Heterogeneous(members, topic_partitions).build()
     subscribed = members[0].subscribed_topic_ids
-    topic_ids = _topic_order(subscribed)
+    if topic_order is not None and len(topic_order) == len(subscribed):
+        topic_ids = _target_order(tuple(topic_order))
+    else:
+        topic_ids = _topic_order(subscribed)
     if not topic_ids:
         return {}
     counts = [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
@@ -185,16 +156,18 @@ def _uniform_fresh(
             target[member.member_id] = member.assignment  # type: ignore[assignment]
             continue
         grown: dict[UUID, frozenset[int]] = {}
+        pieces: list[tuple[UUID, int]] = []
         while quota:
             piece = frozenset(chunk[offset : offset + quota])  # quotas add up to the partitions
             grown[topic_id] = piece  # type: ignore[index]
+            pieces.append((topic_id, len(piece)))  # type: ignore[arg-type]
             quota -= len(piece)
             offset += len(piece)
             if offset == size:
                 position += 1
                 topic_id, chunk = chunks[position] if position < len(chunks) else (None, range(0))
                 size, offset = len(chunk), 0
-        target[member.member_id] = grown
+        target[member.member_id] = _in_record_order(grown, None, pieces)
     return target
 
 
@@ -224,6 +197,7 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
     held: dict[int, list[frozenset[int]]] = {}  # the current holders of each subscribed topic
     revoked: list[_Chunk] = []
     unfilled: list[tuple[str, int]] = []
+    copied: dict[str, tuple[UUID, ...]] = {}  # an unfilled member's old target, in Kafka's order
     target: GroupAssignment = {}
     for index, member in enumerate(members):
         quota = minimum_quota
@@ -252,7 +226,7 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
             if len(current) == 1:
                 items: Iterable[tuple[UUID, frozenset[int]]] = current.items()
             else:
-                items = [(t, current[t]) for t in _topic_order(frozenset(current))]
+                items = [(t, current[t]) for t in _target_order(tuple(current))]
             for topic_id, parts in items:
                 key = id(topic_id)
                 if key not in canonical:
@@ -275,7 +249,10 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
                     kept.append((topic_id, frozenset(ordered[:quota])))
                 revoked.append((topic_id, ordered[quota:]))
                 quota = 0
-            target[member.member_id] = dict(kept) if changed else current  # type: ignore[assignment]
+            if changed:
+                target[member.member_id] = _in_record_order(dict(kept), _target_order(tuple(current)), ())
+            else:
+                target[member.member_id] = current  # type: ignore[assignment]
         else:
             target[member.member_id] = current  # type: ignore[assignment]
         if quota > 0 and has_extra and member_count - index > extra:
@@ -283,6 +260,8 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
             has_extra = False
         if quota > 0:
             unfilled.append((member.member_id, quota))
+            if current:  # assignRemainingPartitions adds to a deep copy of it
+                copied[member.member_id] = _target_order(tuple(current))
         if has_extra:
             extra -= 1
     chunks = _free_partitions(topic_ids, counts, held)
@@ -301,6 +280,7 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
                 offset = end
                 continue
         grown = dict(current)
+        pieces: list[tuple[UUID, int]] = []
         while quota and position < chunk_count:
             topic_id, chunk = chunks[position]
             end = offset + quota
@@ -312,9 +292,10 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
                 piece = frozenset(chunk[offset:end])
                 offset = end
             quota -= len(piece)
+            pieces.append((topic_id, len(piece)))
             have = grown.get(topic_id)
             grown[topic_id] = piece if have is None else have | piece
-        target[member_id] = grown
+        target[member_id] = _in_record_order(grown, copied.get(member_id), pieces)
     if position < chunk_count:
         raise PartitionAssignorError("Partitions were left unassigned")
     return target
@@ -574,10 +555,11 @@ def assign(
     members: Sequence[MemberSpec],
     topic_partitions: Mapping[UUID, int],
     homogeneous: bool | None = None,
+    topic_order: Sequence[UUID] | None = None,
 ) -> GroupAssignment:
     match name:
         case "uniform":
-            return uniform(members, topic_partitions, homogeneous)
+            return uniform(members, topic_partitions, homogeneous, topic_order)
         case "range":
             return range_(members, topic_partitions)
     raise PartitionAssignorError(f"unknown assignor {name!r}")

@@ -65,7 +65,13 @@ def maybe_update_target(
             assignment = group.target_of(m)  # a replacing static member: the departed one's
         specs.append(new_tuple(spec, (member_id, m.instance_id, topic_ids, assignment)))
     homogeneous = is_homogeneous(coordinator, group, updated, len(member_ids))
-    result = assignors.assign(name, specs, coordinator._partition_counts(), homogeneous)
+    first = specs[0].member_id if specs else None
+    order = (
+        topic_ids_order(coordinator, group, updated if first == updated_id else stored[first])
+        if first
+        else None
+    )
+    result = assignors.assign(name, specs, coordinator._partition_counts(), homogeneous, order)
     empty: Partitions = {}
     if len(result) == len(member_ids):  # every member answered (its keys are the specs' ids)
         group.target = result  # type: ignore[assignment]
@@ -77,6 +83,18 @@ def maybe_update_target(
         ConsumerGroupEvent(now_ms, group.group_id, "target_assigned", None, group_epoch, name)
     )
     return group_epoch, group.target.get(updated_id, empty)
+
+
+def topic_ids_order(
+    coordinator: ConsumerGroupCoordinator, group: ConsumerGroup, member: ConsumerGroupMember
+) -> tuple[UUID, ...]:
+    """The member's subscribed topic ids in the order Kafka's TopicIds walks its names set: a
+    HashSet<String> (a regex's from the record's sorted list, GroupCoordinatorRecordHelpers
+    .newConsumerGroupRegularExpressionRecord; names from the request's list, whose order is not
+    kept here: sorted), which decides ties in the uniform builder's HashSet<Uuid>."""
+    names = member.subscribed_topic_names | group.resolved_topics(member.subscribed_topic_regex)
+    known = coordinator.topic_partitions
+    return tuple(coordinator.topic_id(n) for n in assignors.java_hash_order(sorted(names)) if n in known)
 
 
 def is_homogeneous(
