@@ -154,6 +154,7 @@ def test_the_backlog_of_header_only_runs_drains_to_zero(tmp_path: Path) -> None:
     writer.record_event(runs[0])
     deadline = 600  # polls of 0.1 s: the writer process may be slow on a loaded machine
     while writer.written_bytes < writer.queued_bytes and deadline:
+        writer.flush()  # no event loop here: the caller hands over and reads the writer's reports
         time.sleep(0.1)
         deadline -= 1
     assert writer.queued_bytes == 50 * REQUEST_HEADS.size and writer.backlog_bytes == 0
