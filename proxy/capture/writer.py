@@ -18,7 +18,7 @@ writer process sees its input close and writes everything it was sent before it 
 writer process reports how much it has written (read by the event loop when the pipe has
 something: `loop.add_reader`); the server stops reading clients while the backlog is high
 (`backlog_bytes`). Without a running event loop (scripts, tests) the batch is written when it
-is 2 ms old at the next record, and at `flush()` and `close()`.
+is 50 ms old at the next record, and at `flush()` and `close()`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ _CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
 _ACK = struct.Struct("<cq")
 _BATCH_ITEMS = 4096
 _GATHER_S = 0.002
+_GATHER_WITHOUT_LOOP_S = 0.05  # a script's records: fewer, bigger batches (what one read sends, together)
 _BATCH_BYTES = 1 << 20
 _PIPE_BYTES = 1 << 20
 _READ_BYTES = 1 << 16
@@ -101,6 +102,7 @@ class CaptureWriter:
         self._closed = False
         self._ready = False
         self._pending: list[Any] = []  # tuples, Records, lists of Records
+        self._pending_records = 0  # Records and lists among them (marshal takes plain tuples only)
         self._pending_mark = 0  # queued_bytes when the pending list was last handed over
         self._due = 0.0  # without an event loop: when the pending list is handed over
         self._timer: asyncio.TimerHandle | None = None
@@ -151,11 +153,13 @@ class CaptureWriter:
 
     def record(self, record: Record) -> None:
         self.queued_bytes += len(record.client_payload)
+        self._pending_records += 1
         self._add(record)
 
     def record_many(self, records: list[Record]) -> None:
         """Several records as one item (the proxy's commands after a read)."""
         self.queued_bytes += sum(map(len, map(_CLIENT_PAYLOAD, records)))
+        self._pending_records += 1
         self._add(records)
 
     def close_connection(
@@ -192,7 +196,7 @@ class CaptureWriter:
         """A new batch was started: hand it over in `_GATHER_S` (a timer on the running loop)."""
         loop = _running_loop()
         if loop is None:  # no event loop: the next record after `_due` hands the batch over
-            self._due = time.monotonic() + _GATHER_S
+            self._due = time.monotonic() + _GATHER_WITHOUT_LOOP_S
             return
         if loop is not self._loop:
             self._read_reports_on(loop)
@@ -222,17 +226,11 @@ class CaptureWriter:
             return
         self._pending = []
         self._pending_mark = self.queued_bytes
-        batch: list[tuple[Any, ...]] = []
-        for item in pending:
-            kind = type(item)
-            if kind is tuple:
-                batch.append(item)
-            elif kind is list:
-                batch += map(tuple, item)  # Records: marshal takes plain tuples only
-            else:
-                batch.append(tuple(item))
+        if self._pending_records:
+            self._pending_records = 0
+            pending = _plain(pending)
         if not self._dead:
-            self._send([marshal.dumps(batch)])
+            self._send([marshal.dumps(pending)])
 
     def _send(self, messages: list[bytes]) -> None:
         """Length-prefixed messages down the pipe; what it does not take now waits in `_unsent`
@@ -346,6 +344,20 @@ class CaptureWriter:
             self.error = self.error or RuntimeError(f"capture writer exited with {self._process.returncode}")
         assert self._process.stdout is not None
         self._process.stdout.close()
+
+
+def _plain(items: list[Any]) -> list[tuple[Any, ...]]:
+    """The batch as marshal takes it: Records (and lists of them) as plain tuples."""
+    batch: list[tuple[Any, ...]] = []
+    for item in items:
+        kind = type(item)
+        if kind is tuple:
+            batch.append(item)
+        elif kind is list:
+            batch += map(tuple, item)
+        else:
+            batch.append(tuple(item))
+    return batch
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
