@@ -5,7 +5,7 @@ On the shared, loaded VM throughput ratios swing several-fold between runs of th
 given. Same synthetic load as bench/proxy_overhead.py (its C load tool: Produce-shaped frames,
 echo server), run for `--seconds` against `group-replay proxy`, `--record` (group scope) and
 `--record --record-scope all`, alternating the order every round. Measured from /proc: the proxy
-process (its event loop and the capture's sender thread) and the capture writer process apart.
+process (its event loop: no capture thread since branch rec) and the capture writer process apart.
 
     python bench/proxy_cpu.py [--seconds 4] [--rounds 3]
 """

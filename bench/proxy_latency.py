@@ -6,8 +6,10 @@ producer of its own: confluent-kafka (librdkafka), `acks=1`, `linger.ms=0`, one 
 `--interval-ms` (never saturating), latency = produce() to its delivery report. A real Kafka
 broker (harness, Maven jars); relays `direct`, `proxy` and `proxy+record` (group scope), the
 order alternating every round; p50/p99 per relay and round, and the p50 added over direct.
+`--baseline DIR` adds `main proxy+record`: the same recording proxy from another checkout (a
+`git archive` of the code before a change), in the same rounds.
 
-    python bench/proxy_latency.py [--records 2000] [--interval-ms 2] [--rounds 3]
+    python bench/proxy_latency.py [--records 2000] [--interval-ms 2] [--rounds 3] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from proxy_overhead import ROOT, free_port, process
 
 RELAYS = ("direct", "proxy", "proxy+record")
+BASELINE = "main proxy+record"
 
 
 def latencies_ms(bootstrap: str, topic: str, records: int, interval_ms: float) -> list[float]:
@@ -53,26 +56,28 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--interval-ms", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--baseline", type=Path, help="a checkout whose recording proxy runs beside it")
     args = parser.parse_args()
+    relays = (*RELAYS, *([BASELINE] if args.baseline else []))
     from harness.admin import create_topic
     from harness.broker import start_broker
     from harness.lines import KAFKA_39
 
-    p50: dict[str, list[float]] = {relay: [] for relay in RELAYS}
-    p99: dict[str, list[float]] = {relay: [] for relay in RELAYS}
+    p50: dict[str, list[float]] = {relay: [] for relay in relays}
+    p99: dict[str, list[float]] = {relay: [] for relay in relays}
     with start_broker(KAFKA_39) as broker, tempfile.TemporaryDirectory(prefix="latency-") as tmp:
         create_topic(broker.bootstrap, "latency", 1)
         for round_ in range(args.rounds):
-            for relay in RELAYS if round_ % 2 == 0 else RELAYS[::-1]:
+            for relay in relays if round_ % 2 == 0 else relays[::-1]:
                 if relay == "direct":
                     values = latencies_ms(broker.bootstrap, "latency", args.records, args.interval_ms)
                 else:
                     port = free_port()
                     cmd = [sys.executable, "-m", "group_replay", "proxy", "--upstream", broker.bootstrap,
                            "--listen", f"127.0.0.1:{port}", "--log-level", "ERROR"]  # fmt: skip
-                    if relay == "proxy+record":
+                    if relay.endswith("proxy+record"):
                         cmd += ["--record", str(Path(tmp) / "c.pcapng")]
-                    with process(cmd, port, cwd=ROOT):
+                    with process(cmd, port, cwd=args.baseline if relay == BASELINE else ROOT):
                         values = latencies_ms(f"127.0.0.1:{port}", "latency", args.records, args.interval_ms)
                 quantiles = statistics.quantiles(values, n=100)
                 p50[relay].append(statistics.median(values))
@@ -81,7 +86,7 @@ def main() -> int:
                       f"({len(values)} records, load {os.getloadavg()[0]:.1f})", file=sys.stderr)  # fmt: skip
     print("| relay | p50 ms per round | p50 median | added p50 over direct (median of rounds) | p99 median |")
     print("|---|---|---:|---:|---:|")
-    for relay in RELAYS:
+    for relay in relays:
         added = statistics.median(p - d for p, d in zip(p50[relay], p50["direct"], strict=True))
         rounds = " / ".join(f"{v:.2f}" for v in p50[relay])
         print(f"| {relay} | {rounds} | {statistics.median(p50[relay]):.2f} | {added:+.2f} | "

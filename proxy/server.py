@@ -401,33 +401,27 @@ class _ClientSide(asyncio.Protocol):
     # -- commands -----------------------------------------------------------------------------
 
     def _run(self, commands: list[Any]) -> None:
-        record = self.recorder.record if self.recorder is not None else None
-        if record is not None and len(commands) > 2 and type(commands[-1]) is Record:
-            # Recording: [send, Record, Record, ...] (a Close always comes last): one hand-over.
-            # Group scope mixes header-only runs (tuples) in when a read carries both kinds of
-            # frame: those go one by one below, in order.
-            first = 0 if type(commands[0]) is Record else 1
-            records = commands[first:]
-            if all(type(item) is Record for item in records):
-                commands = commands[:first]
-                self.recorder.record_many(records)  # type: ignore[union-attr]
+        recorder = self.recorder
+        if recorder is not None and len(commands) > 2 and type(commands[-1]) is Record:
+            commands = _hand_over_records(recorder, commands)
         for command in commands:
-            if type(command) is Record:  # most commands while recording
-                assert record is not None
-                record(command)
-            elif type(command) is SendUpstream:
+            kind = type(command)
+            if kind is SendUpstream:
                 assert self.upstream is not None
                 self.upstream.write(command.data)
-            elif type(command) is SendClient:
+            elif kind is SendClient:
                 assert self.client is not None
                 self.client.write(command.data)
-            elif type(command) is Close:
+            elif kind is tuple:  # a header-only run: most of what record scope group hands over
+                recorder.record_event(command)  # type: ignore[union-attr]
+            elif kind is Record:
+                recorder.record(command)  # type: ignore[union-attr]
+            elif kind is Close:
                 self.server.stats.closed_on_error += 1
                 self.abort(command.reason)
                 return
-            elif self.recorder is not None:  # Opened, Closed: the connection's events
-                self.recorder.record_event(command)
-        recorder = self.recorder
+            elif recorder is not None:  # Opened, Closed: the connection's events
+                recorder.record_event(command)
         if (
             recorder is not None
             and recorder.backlog_bytes > CAPTURE_BACKLOG_HIGH
@@ -506,6 +500,18 @@ class _ClientSide(asyncio.Protocol):
         if self.client is not None:
             self.client.close()
         self._forget()
+
+
+def _hand_over_records(recorder: Any, commands: list[Any]) -> list[Any]:
+    """Recording: [send, Record, Record, ...] (a Close always comes last) in one hand-over; the
+    commands left. Group scope mixes header-only runs (tuples) in when a read carries both kinds
+    of frame: those go one by one, in order."""
+    first = 0 if type(commands[0]) is Record else 1
+    records = commands[first:]
+    if all(type(item) is Record for item in records):
+        recorder.record_many(records)
+        return commands[:first]
+    return commands
 
 
 class _UpstreamSide(asyncio.Protocol):

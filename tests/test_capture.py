@@ -1,4 +1,4 @@
-"""Capture files: round trip through the writer thread and the reader; damage; kill -9; checksums."""
+"""Capture files: round trip through the capture writer and the reader; damage; kill -9; checksums."""
 
 from __future__ import annotations
 

@@ -10,10 +10,11 @@ section-header options, only microsecond float timestamps, and always an unnamed
 from __future__ import annotations
 
 import struct
-from importlib.metadata import PackageNotFoundError, version
 from typing import IO
 
 from scapy.utils import RawPcapNgWriter
+
+from proxy.capture.header import tool_version
 
 EPB_HEAD = struct.Struct("<IIIIIII")
 
@@ -29,13 +30,6 @@ LEGS = ("client", "upstream")
 
 
 LINKTYPE_ETHERNET = 1
-
-
-def tool_version() -> str:
-    try:
-        return version("group-replay")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 class PcapNgBlocks(RawPcapNgWriter):

@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
 from kio.schema.index import api_key_map
@@ -33,6 +34,14 @@ CAPTURE_FORMAT: Final = "group-replay-capture"
 CAPTURE_FORMAT_VERSION: Final = 5
 GROUP_CONFIG_KEY: Final = "upstream_group_config"
 RECORD_SCOPE_KEY: Final = "record_scope"
+
+
+def tool_version() -> str:
+    """The installed group-replay's version, for the section header."""
+    try:
+        return version("group-replay")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class RecordScope(StrEnum):
@@ -283,6 +292,7 @@ __all__ = [
     "decode_packet_comment",
     "decode_section_header",
     "encode_section_header",
+    "tool_version",
 ]
 
 

@@ -56,8 +56,6 @@ from proxy.layouts import (
     R_DIRECTION,
     R_UPSTREAM_API_VERSION,
     R_UPSTREAM_PAYLOAD,
-    REQUEST_HEADS,
-    RESPONSE_HEADS,
     Record,
 )
 from proxy.wire import ApiKey, FrameError, peek_request_header, response_header_size
@@ -98,19 +96,35 @@ class Synthesizer:
         """One marshalled batch from the proxy: frames as plain `Record` tuples, events tagged."""
         out: list[Buffer] = []
         run: list[tuple[Any, ...]] = []
+        headers = layouts.HEADERS
         for entry in batch:
             if type(entry[R_CONN]) is int:  # a frame: a Record as a plain tuple (else an event)
                 if run and (run[0][R_CONN] != entry[R_CONN] or run[0][R_DIRECTION] != entry[R_DIRECTION]):
                     self._flush_tuples(run, out)
                 run.append(entry)
                 continue
-            self._flush_tuples(run, out)
+            if run:
+                self._flush_tuples(run, out)
             try:
-                self._write(entry, out)
+                if entry[0] == headers:  # most entries in record scope group
+                    self._header_only(entry, out)
+                else:
+                    self._write(entry, out)
             except Exception as exc:  # keep recording the rest; remember the first failure
                 self.error = self.error or exc
         self._flush_tuples(run, out)
         return out
+
+    def _header_only(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
+        """A run of header-only frames (format 5: no comment) on both legs (`proxy.capture.snapped`)."""
+        _, conn, ts_ns, direction, _, heads = entry
+        to_server = direction == "request"
+        stride = REQUEST_CAPTURED if to_server else RESPONSE_CAPTURED  # the captured bytes are the heads
+        streams = self._streams
+        for leg in (0, 1):
+            stream = streams.get((conn, leg)) or self._stream(conn, leg)
+            out.append(header_only_blocks(stream, leg, to_server, ts_ns, heads, stride, stride))
+        self.written_bytes += len(heads)
 
     def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
         """The common run (nothing rewritten, no SASL, every frame fits a packet) takes
@@ -218,20 +232,6 @@ class Synthesizer:
                     out.append(blocks.packet_block(syn, leg, ts_ns, comment))
                     out.append(blocks.packet_block(synack, leg, ts_ns, None))
                     out.append(blocks.packet_block(ack, leg, ts_ns, None))
-            case (layouts.HEADERS, conn, ts_ns, direction, _, heads):
-                # Header-only frames (format 5: no comment), a run at a time (proxy.capture.snapped).
-                if direction == "request":
-                    stride, captured = REQUEST_HEADS.size, REQUEST_CAPTURED
-                else:
-                    stride, captured = RESPONSE_HEADS.size, RESPONSE_CAPTURED
-                for leg in (0, 1):
-                    stream = self._stream(conn, leg)
-                    out.append(
-                        header_only_blocks(
-                            stream, leg, direction == "request", ts_ns, heads, stride, captured
-                        )
-                    )
-                self.written_bytes += len(heads)
             case (layouts.CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes):
                 comment = close_comment(conn, reason, client_bytes, upstream_bytes)
                 for leg in (0, 1):

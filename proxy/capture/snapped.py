@@ -15,6 +15,9 @@ read; `proxy.layouts.HEADERS`), per leg: one template per distinct frame size (i
 the sequence numbers and header bytes left zero), repeated, then those patched in. A run of
 equal sizes (what a pipelining client sends) is patched with one strided slice assignment per
 16-bit lane, a fixed number of C calls per run whatever its length; any other run frame by frame.
+A run of one frame in one packet (a client sending one request at a time: most reads then) is
+its template with four fields patched in place (about half the time per frame of the general
+path, measured).
 """
 
 from __future__ import annotations
@@ -26,14 +29,18 @@ from typing import NamedTuple
 
 from proxy.capture.blocks import EPB_HEAD
 from proxy.capture.tcp import FLAG_ACK, FLAG_PSH, HEADERS_BYTES, MAX_SEGMENT, SEQ_AT, Side, Stream
+from proxy.layouts import REQUEST_HEADS, RESPONSE_HEADS
 
-REQUEST_CAPTURED = 12  # size prefix, api_key, api_version, correlation_id
-RESPONSE_CAPTURED = 8  # size prefix, correlation_id
+# The relay's heads (`proxy.layouts`) are exactly the bytes a block keeps of a frame.
+REQUEST_CAPTURED = REQUEST_HEADS.size  # 12: size prefix, api_key, api_version, correlation_id
+RESPONSE_CAPTURED = RESPONSE_HEADS.size  # 8: size prefix, correlation_id
 CAPTURED_AT = EPB_HEAD.size + HEADERS_BYTES  # where a frame's captured bytes start in its block
 # Frames per run from which the lanes are used: measured on the shared VM, best of 9, the lanes
 # took 6.6 us at 2 frames (frame by frame 5.1), 6.8 at 3 (6.6), 15.4 at 4 (17.0), 15.2 at 6 (33.4).
 _LANES_FROM = 4
 _SEQ = struct.Struct(">I")
+_SEQ_ACK = struct.Struct(">II")
+_SIZE = struct.Struct(">i")
 _TRAILER = struct.Struct("<I")
 _MASK = 0xFFFFFFFF
 
@@ -102,16 +109,23 @@ def header_only_blocks(
         side, seq, ack = stream.to_server, stream.client_seq, stream.server_seq & _MASK
     else:
         side, seq, ack = stream.to_client, stream.server_seq, stream.client_seq & _MASK
+    cache = stream.units
+    if len(heads) == stride:  # one frame (a client sending one request at a time): no run to patch
+        size = _SIZE.unpack_from(heads)[0]
+        unit = cache.get((to_server, size)) or _cached(cache, side, leg, to_server, size, captured)
+        if len(unit.block_offsets) == 1:
+            buffer = bytearray(unit.data)
+            _TS.pack_into(buffer, _TS_AT, ts_ns >> 32, ts_ns & _MASK)
+            _SEQ_ACK.pack_into(buffer, _SEQ_AT, seq & _MASK, ack)
+            buffer[CAPTURED_AT : CAPTURED_AT + captured] = heads
+            _advance(stream, to_server, seq + 4 + size)
+            return buffer
     count = len(heads) // stride
     sizes = _sizes(stride, count).unpack(heads)
-    cache = stream.units
     units: dict[int, _Unit] = {}
     stamped: dict[int, bytearray] = {}
     for size in set(sizes):
-        key = (to_server, size)
-        unit = cache.get(key)
-        if unit is None:
-            unit = cache[key] = _unit(side, leg, size, captured)
+        unit = cache.get((to_server, size)) or _cached(cache, side, leg, to_server, size, captured)
         units[size] = unit
         stamped[size] = _stamped(unit, ts_ns, ack)
     if count == 1:
@@ -125,13 +139,26 @@ def header_only_blocks(
     else:
         buffer = bytearray(b"".join([stamped[size] for size in sizes]))
         end = _patch_each(buffer, units, sizes, seq, heads, stride, captured)
+    _advance(stream, to_server, end)
+    return buffer
+
+
+def _cached(
+    cache: dict[tuple[bool, int], _Unit], side: Side, leg: int, to_server: bool, size: int, captured: int
+) -> _Unit:
+    """A new unit for the stream's cache (emptied first when sizes vary without end: Fetch
+    responses)."""
+    if len(cache) >= 64:
+        cache.clear()
+    unit = cache[(to_server, size)] = _unit(side, leg, size, captured)
+    return unit
+
+
+def _advance(stream: Stream, to_server: bool, end: int) -> None:
     if to_server:
         stream.client_seq = end
     else:
         stream.server_seq = end
-    if len(cache) > 64:  # sizes vary without end (Fetch responses): start over
-        cache.clear()
-    return buffer
 
 
 def _patch_lanes(

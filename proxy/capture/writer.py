@@ -2,51 +2,51 @@
 
 What the file holds and how the packets are built: `proxy.capture.packets`.
 
-Design section 3's "one background thread" is the thread that drains the event loop's queue;
-it hands the work on to a writer process. The event loop only puts tuples on a
-`queue.SimpleQueue` (never blocks); the writer thread marshals them in batches (at most 4,096
-frames or 1 MiB) down a pipe to `python -m proxy.capture.writer`, which builds the packets,
-checksums, comments and blocks (`proxy.capture.packets.Synthesizer`) and appends them to the
-file, flushing after each batch. That work needs several microseconds per frame and ~100 us of
-checksum per 64 KB; done on a thread it held the GIL the event loop needs, in its own process it
-runs on the other core. A killed proxy leaves a file readable up to the last whole block: the
+The event loop gathers the frames of about 2 ms (`_GATHER_S`: a timer on the running loop, or
+at most 4,096 items or 1 MiB) in a plain list, marshals them (plain tuples of ints, strings and
+bytes: a C-level copy) and writes them to a pipe without blocking; `python -m
+proxy.capture.writer`, a process of its own, builds the packets, checksums, comments and blocks
+(`proxy.capture.packets.Synthesizer`), appends them to the file and flushes after each batch. That
+work needs microseconds per frame and ~100 us of checksum per 64 KB: in its own process it runs
+on the other core and never holds the proxy's GIL. Design section 3's "one background thread,
+never block the event loop" is that process: the proxy itself runs no thread for the capture
+(a sender thread woken per read, and a thread reading the writer's reports, each took the GIL
+from the event loop once per batch, and the event loop then waited for them to give it back).
+A pipe too full to take a batch keeps the rest in memory and writes it when the pipe drains
+(`loop.add_writer`). A killed proxy leaves a file readable up to the last whole block: the
 writer process sees its input close and writes everything it was sent before it exits. The
-writer process reports how much it has written; the server stops reading clients while the
-backlog is high (`backlog_bytes`).
+writer process reports how much it has written (read by the event loop when the pipe has
+something: `loop.add_reader`); the server stops reading clients while the backlog is high
+(`backlog_bytes`). Without a running event loop (scripts, tests) the batch is written when it
+is 50 ms old at the next record, and at `flush()` and `close()`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import marshal
 import operator
-import queue
+import os
+import select
 import struct
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from proxy import layouts
-from proxy.capture.blocks import PcapNgBlocks, tool_version
 from proxy.capture.header import (
     GroupSettings,
     RecordScope,
     encode_section_header,
+    tool_version,
 )
-from proxy.capture.packets import Synthesizer
 from proxy.commands import Closed, Opened
-from proxy.layouts import (
-    CLOSE,
-    OPEN,
-    R_CLIENT_PAYLOAD,
-    Record,
-)
+from proxy.layouts import CLOSE, OPEN, R_CLIENT_PAYLOAD, Record
 
 # ---------------------------------------------------------------------------------------------
-# The proxy side: a queue, a sender thread, and the writer process
+# The proxy side: a list per ~2 ms, written to the writer process's pipe without blocking
 
 _LENGTH = struct.Struct("<I")
 _CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
@@ -54,22 +54,24 @@ _CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
 _ACK = struct.Struct("<cq")
 _BATCH_ITEMS = 4096
 _GATHER_S = 0.002
+_GATHER_WITHOUT_LOOP_S = 0.05  # a script's records: fewer, bigger batches (what one read sends, together)
 _BATCH_BYTES = 1 << 20
 _PIPE_BYTES = 1 << 20
+_READ_BYTES = 1 << 16
 
 
 class CaptureWriter:
     """Writes a capture file from proxy `Record`s without taking the event loop's CPU.
 
-    The event loop only puts tuples on a `queue.SimpleQueue` (never blocks). One background
-    thread (the design's writer thread) takes them in batches, marshals each batch (plain tuples
-    of ints, strings and bytes: a C-level copy) and pipes it to a writer process
-    (`python -m proxy.capture.writer`), which synthesizes the packets, writes them and flushes
-    after every batch, so a killed proxy leaves a file readable up to the last whole block (the
-    writer process finishes what it was sent when its input closes). The synthesis, the TCP
-    checksums and the JSON comments therefore run on another core and never hold the proxy's GIL.
-    The writer process reports the payload bytes written after each batch; `backlog_bytes` is
-    what the proxy has queued beyond that, and the server stops reading clients when it is high.
+    The event loop appends each read's items (a Record, a list of them, a header-only run, a
+    connection event) to a list; about every 2 ms (a timer on the running loop) the list is
+    marshalled and written to a writer process (`python -m proxy.capture.writer`) without
+    blocking, which synthesizes the packets, writes them and flushes after every batch, so a
+    killed proxy leaves a file readable up to the last whole block. The synthesis, the TCP
+    checksums and the JSON comments therefore run on another core and never hold the proxy's
+    GIL. The writer process reports the payload bytes written after each batch; `backlog_bytes`
+    is what the proxy has handed over beyond that, and the server stops reading clients when it
+    is high. One thread records (the event loop's, or a caller without one).
     """
 
     def __init__(
@@ -92,14 +94,21 @@ class CaptureWriter:
             group_settings=group_settings,
             record_scope=self.record_scope,
         )
-        with self.path.open("wb") as handle:  # fails here, in the caller, on a bad path
-            handle.write(PcapNgBlocks(handle).header_blocks(comment))
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # tuples, Records, lists, None
-        self.queued_bytes = 0  # written by the event loop thread only
+        self.path.open("wb").close()  # fails here, in the caller, on a bad path
+        self.queued_bytes = 0  # written by the recording thread only
         self.written_bytes = 0  # reported by the writer process
         self.error: BaseException | None = None
         self._dead = False
-        self._ready = threading.Event()
+        self._closed = False
+        self._ready = False
+        self._pending: list[Any] = []  # tuples, Records, lists of Records
+        self._pending_records = 0  # Records and lists among them (marshal takes plain tuples only)
+        self._pending_mark = 0  # queued_bytes when the pending list was last handed over
+        self._due = 0.0  # without an event loop: when the pending list is handed over
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the reports are read on
+        self._unsent = bytearray()  # what the pipe would not take yet
+        self._reports = bytearray()  # the writer process's reports, not yet parsed
         self._process = subprocess.Popen(
             [sys.executable, "-m", "proxy.capture.writer", str(self.path)],
             stdin=subprocess.PIPE,
@@ -107,137 +116,255 @@ class CaptureWriter:
             cwd=_package_root(),
         )
         assert self._process.stdin is not None and self._process.stdout is not None
-        _grow_pipe(self._process.stdin.fileno())
-        self._sender = threading.Thread(target=self._send, name="capture-writer", daemon=True)
-        self._acks = threading.Thread(target=self._read_acks, name="capture-acks", daemon=True)
-        self._sender.start()
-        self._acks.start()
+        self._to_writer = self._process.stdin.fileno()
+        self._from_writer = self._process.stdout.fileno()
+        _grow_pipe(self._to_writer)
+        # The writer process writes the section header and interfaces before anything else.
+        self._send([marshal.dumps(comment)])
+        os.set_blocking(self._to_writer, False)
+        os.set_blocking(self._from_writer, False)
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
-        """Blocks until the writer process has started (imported scapy: about a CPU second) or
-        died; the proxy waits for it before it listens, so that start-up does not compete with
-        the first clients' traffic for the CPU. False on timeout."""
-        return self._ready.wait(timeout_s)
+        """Blocks until the writer process has started (imported scapy: about a CPU second) and
+        written the section header, or died; the proxy waits for it before it listens, so that
+        start-up does not compete with the first clients' traffic for the CPU. False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not (self._ready or self._dead):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            select.select([self._from_writer], [], [], remaining)
+            self._read_reports()
+        return True
 
     # -- called from the event loop: cheap, never blocks ----------------------------------------
 
     @property
     def queue_depth(self) -> int:
-        """Items (frames, runs, events) waiting for the sender thread."""
-        return self._queue.qsize()
+        """Items (frames, runs, events) gathered for the next batch."""
+        return len(self._pending)
 
     @property
     def backlog_bytes(self) -> int:
         return 0 if self._dead else self.queued_bytes - self.written_bytes
 
     def open_connection(self, conn: int, ts_ns: int, client: str, upstream: str) -> None:
-        self._queue.put((OPEN, conn, ts_ns, client, upstream))
+        self._add((OPEN, conn, ts_ns, client, upstream))
 
     def record(self, record: Record) -> None:
         self.queued_bytes += len(record.client_payload)
-        self._queue.put(record)
+        self._pending_records += 1
+        self._add(record)
 
     def record_many(self, records: list[Record]) -> None:
-        """Several records in one queue operation (the proxy's commands after a read)."""
+        """Several records as one item (the proxy's commands after a read)."""
         self.queued_bytes += sum(map(len, map(_CLIENT_PAYLOAD, records)))
-        self._queue.put(records)
+        self._pending_records += 1
+        self._add(records)
 
     def close_connection(
         self, conn: int, ts_ns: int, reason: str, client_bytes: int = 0, upstream_bytes: int = 0
     ) -> None:
-        self._queue.put((CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes))
+        self._add((CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes))
 
     def record_event(self, command: Opened | Closed | tuple[Any, ...]) -> None:
         """A session's Opened, Closed or header-only run (`layouts.HEADERS`) command (the capture
         is the stream of session commands)."""
+        if type(command) is tuple:  # a header-only run: most of what group scope records
+            self.queued_bytes += len(command[5])  # what the writer process reports written for it
+            self._add(command)
+            return
         match command:
-            case (layouts.HEADERS, _, _, _, _, heads):
-                self.queued_bytes += len(heads)  # what the writer process reports written for it
-                self._queue.put(command)
             case Opened(conn=conn, ts_ns=ts_ns, client=client, upstream=upstream):
                 self.open_connection(conn, ts_ns, client, upstream)
             case Closed(conn=conn, ts_ns=ts_ns, reason=reason):
                 self.close_connection(conn, ts_ns, reason, command.client_bytes, command.upstream_bytes)
 
-    def close(self) -> None:
-        """Write everything queued, then close the file (blocks until the writer process is done)."""
-        self._queue.put(None)
-        self._sender.join()
-        self._process.wait()
-        self._acks.join()
+    def _add(self, item: Any) -> None:
+        pending = self._pending
+        pending.append(item)
+        if len(pending) == 1:
+            self._schedule()
+        elif (
+            len(pending) >= _BATCH_ITEMS
+            or self.queued_bytes - self._pending_mark >= _BATCH_BYTES
+            or (self._timer is None and time.monotonic() >= self._due)  # no event loop
+        ):
+            self.flush()
 
-    # -- the sender thread ----------------------------------------------------------------------
+    def _schedule(self) -> None:
+        """A new batch was started: hand it over in `_GATHER_S` (a timer on the running loop)."""
+        loop = _running_loop()
+        if loop is None:  # no event loop: the next record after `_due` hands the batch over
+            self._due = time.monotonic() + _GATHER_WITHOUT_LOOP_S
+            return
+        if loop is not self._loop:
+            self._read_reports_on(loop)
+        self._timer = loop.call_later(_GATHER_S, self.flush)
 
-    def _send(self) -> None:  # noqa: C901 - the sender thread's one batching loop, state in locals
-        get = self._queue.get
-        get_nowait = self._queue.get_nowait
-        stdin = self._process.stdin
-        assert stdin is not None
-        stop = False
-        drained = False
-        while not stop:
-            batch: list[tuple[Any, ...]] = []
-            size = 0
-            if drained:
-                # The queue was empty after the last batch: gather for a moment instead of waking
-                # on the next put. A put that finds this thread blocked in get() wakes it (a
-                # thread switch and a GIL hand-off on the event loop's side), which on traffic of
-                # one frame per read cost about as much as relaying the frame; the capture lags
-                # the relay by at most _GATHER_S more.
-                time.sleep(_GATHER_S)
-            drained = False
-            item = get()
-            while True:
-                if item is None:
-                    stop = True
-                    break
-                if type(item) is tuple:
-                    batch.append(item)
-                elif type(item) is list:
-                    for record in item:
-                        batch.append(tuple(record))
-                        size += len(record[R_CLIENT_PAYLOAD])
-                else:
-                    batch.append(tuple(item))
-                    size += len(item[R_CLIENT_PAYLOAD])
-                if len(batch) >= _BATCH_ITEMS or size >= _BATCH_BYTES:
-                    break
-                try:
-                    item = get_nowait()
-                except queue.Empty:
-                    drained = True
-                    break
-            if not batch or self._dead:
-                continue
-            data = marshal.dumps(batch)
+    def _read_reports_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read the writer process's reports as they come, on `loop` (no thread waits for them)."""
+        old = self._loop
+        if old is not None and not old.is_closed():
+            with contextlib.suppress(RuntimeError):
+                old.remove_reader(self._from_writer)
+                old.remove_writer(self._to_writer)
+        self._loop = loop
+        if not self._dead:
+            loop.add_reader(self._from_writer, self._read_reports)
+
+    def flush(self) -> None:
+        """Hand what was gathered to the writer process now. On the event loop this never blocks
+        (`close` waits); without one it also reads the writer's reports (`written_bytes`)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._loop is None:
+            self._read_reports()  # nothing reads them as they come
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        self._pending_mark = self.queued_bytes
+        if self._pending_records:
+            self._pending_records = 0
+            pending = _plain(pending)
+        if not self._dead:
+            self._send([marshal.dumps(pending)])
+
+    def _send(self, messages: list[bytes]) -> None:
+        """Length-prefixed messages down the pipe; what it does not take now waits in `_unsent`
+        (written when the pipe drains: `_drain` on the event loop, else blocking at the next
+        hand-over without a loop or at `close`)."""
+        parts: list[bytes] = []
+        for data in messages:
+            parts += (_LENGTH.pack(len(data)), data)
+        if self._unsent:
+            self._unsent += b"".join(parts)
+            return
+        try:
+            written = os.writev(self._to_writer, parts)
+        except BlockingIOError:
+            written = 0
+        except OSError as exc:  # BrokenPipeError: the writer process is gone
+            self._fail(exc)
+            return
+        total = sum(map(len, parts))
+        if written == total:
+            return
+        self._unsent += b"".join(parts)[written:]
+        loop = self._loop
+        if loop is not None and _running_loop() is loop:
+            loop.add_writer(self._to_writer, self._drain)
+        else:  # no event loop to wait on: this thread waits
+            self._drain(block=True)
+
+    def _drain(self, block: bool = False) -> None:
+        """Write what the pipe would not take before (`block`: all of it, waiting for the pipe)."""
+        while self._unsent and not self._dead:
+            if block:
+                select.select([], [self._to_writer], [])
             try:
-                stdin.write(_LENGTH.pack(len(data)))
-                stdin.write(data)
-                stdin.flush()
-            except (BrokenPipeError, ValueError, OSError) as exc:
-                self.error = self.error or exc
-                self._dead = True
-        with contextlib.suppress(OSError):
-            stdin.close()
+                written = os.write(self._to_writer, self._unsent)
+            except BlockingIOError:
+                if block:
+                    continue
+                return
+            except OSError as exc:
+                self._fail(exc)
+                return
+            del self._unsent[:written]
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_writer(self._to_writer)
 
-    def _read_acks(self) -> None:
-        stdout = self._process.stdout
-        assert stdout is not None
-        while True:
-            head = stdout.read(_ACK.size)
-            if len(head) < _ACK.size:
-                break
-            kind, value = _ACK.unpack(head)
-            if kind == b"W":
+    def _read_reports(self) -> None:
+        """Reads what the writer process reported so far (never blocks)."""
+        try:
+            data = os.read(self._from_writer, _READ_BYTES)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._fail(exc)
+            return
+        if not data:  # the writer process has exited
+            self._fail(None)
+            return
+        reports = self._reports
+        reports += data
+        at = 0
+        while len(reports) - at >= _ACK.size:
+            kind, value = _ACK.unpack_from(reports, at)
+            if kind == b"E":
+                if len(reports) - at - _ACK.size < value:
+                    break  # the error text is still on its way
+                text = bytes(reports[at + _ACK.size : at + _ACK.size + value])
+                self.error = self.error or RuntimeError(text.decode("utf-8", "replace"))
+                at += value
+            elif kind == b"W":
                 self.written_bytes = value
             elif kind == b"R":
-                self._ready.set()
-            else:
-                self.error = self.error or RuntimeError(stdout.read(value).decode("utf-8", "replace"))
-        if self._process.wait() != 0:
-            self.error = self.error or RuntimeError(f"capture writer exited with {self._process.returncode}")
+                self._ready = True
+            at += _ACK.size
+        del reports[:at]
+
+    def _fail(self, exc: BaseException | None) -> None:
+        """The writer process is gone (or its pipe broke): stop sending, report why."""
         self._dead = True
-        self._ready.set()  # nothing to wait for any more
+        self._unsent.clear()
+        self.error = self.error or exc
+        code = self._process.poll()
+        if code not in (None, 0):
+            self.error = self.error or RuntimeError(f"capture writer exited with {code}")
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.remove_reader(self._from_writer)
+                loop.remove_writer(self._to_writer)
+
+    def close(self) -> None:
+        """Write everything gathered, then close the file (blocks until the writer process is done)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flush()
+        self._drain(block=True)
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.remove_reader(self._from_writer)
+                loop.remove_writer(self._to_writer)
+        with contextlib.suppress(OSError):
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+        os.set_blocking(self._from_writer, True)
+        while not self._dead:
+            self._read_reports()  # blocking now: until the writer process exits
+        self._process.wait()
+        if self._process.returncode != 0:
+            self.error = self.error or RuntimeError(f"capture writer exited with {self._process.returncode}")
+        assert self._process.stdout is not None
+        self._process.stdout.close()
+
+
+def _plain(items: list[Any]) -> list[tuple[Any, ...]]:
+    """The batch as marshal takes it: Records (and lists of them) as plain tuples."""
+    batch: list[tuple[Any, ...]] = []
+    for item in items:
+        kind = type(item)
+        if kind is tuple:
+            batch.append(item)
+        elif kind is list:
+            batch += map(tuple, item)
+        else:
+            batch.append(tuple(item))
+    return batch
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _package_root() -> str:
@@ -255,21 +382,32 @@ def _grow_pipe(fd: int) -> None:
 
 
 def _writer_process_main(path: str) -> None:
-    """Reads marshalled batches from stdin until it closes; appends their packets to `path`."""
+    """Reads the section header comment, then marshalled batches, from stdin until it closes;
+    appends their blocks to `path`. scapy is imported here, never in the proxy."""
+    from proxy.capture.blocks import PcapNgBlocks
+    from proxy.capture.packets import Synthesizer
+
     source = sys.stdin.buffer
     acks = sys.stdout.buffer
     synthesizer = Synthesizer()
     reported: BaseException | None = None
+
+    def message() -> bytes | None:
+        head = source.read(_LENGTH.size)
+        if len(head) < _LENGTH.size:
+            return None
+        return source.read(_LENGTH.unpack(head)[0])
+
     with open(path, "ab") as handle:
+        comment = message()
+        if comment is None:
+            return
+        handle.write(PcapNgBlocks(handle).header_blocks(marshal.loads(comment)))
+        handle.flush()
         acks.write(_ACK.pack(b"R", 0))
         acks.flush()
-        while True:
-            head = source.read(_LENGTH.size)
-            if len(head) < _LENGTH.size:
-                break
-            data = source.read(_LENGTH.unpack(head)[0])
-            batch = marshal.loads(data)
-            handle.writelines(synthesizer.batch(batch))
+        while (data := message()) is not None:
+            handle.writelines(synthesizer.batch(marshal.loads(data)))
             handle.flush()
             if synthesizer.error is not None and reported is None:
                 reported = synthesizer.error
