@@ -10,7 +10,6 @@ silent) and whatever the metadata does (partitions added, topics created)."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from typing import Any
 from unittest import mock
 
@@ -163,7 +162,7 @@ def test_advanced_to_lists_every_field() -> None:
         server_assignor="range",
         assigned={TOPIC: frozenset({1})},
     )
-    expected = replace(member, member_epoch=6, previous_member_epoch=4, state=MemberState.STABLE)
+    expected = member._replace(member_epoch=6, previous_member_epoch=4, state=MemberState.STABLE)
     assert member.advanced_to(6) == expected
 
 
@@ -182,7 +181,7 @@ def test_supported_classic_protocols_follow_the_members(
         group.update_member(ConsumerGroupMember(f"m{index}", classic=metadata))
         if index % 3 == 2:  # the same member rejoins with the first protocol only, or none
             again = ClassicMemberMetadata(45_000, tuple((p, b"") for p in protocols[:1])) if classic else None
-            group.update_member(replace(group.members[f"m{index}"], classic=again))
+            group.update_member(group.members[f"m{index}"]._replace(classic=again))
     group.remove_member(f"m{leaving}")
     classic_members = [m for m in group.members.values() if m.classic is not None]
     expected = (

@@ -47,6 +47,8 @@ from replay.coordinator.consumer.wire import (
     describe_response_to_kio,
     heartbeat_from_kio,
     heartbeat_response_to_kio,
+    steady_from_kio,
+    wire_answer,
 )
 from replay.coordinator.timers import KeyedTimers
 from replay.coordinator.types import RequestContext
@@ -171,8 +173,12 @@ class ConsumerGroupService:
     ) -> Any:
         """ConsumerGroupHeartbeat: `classic_state` tells whether the group id is a classic group
         (and its state); `drop_empty_classic_group` deletes an empty one being replaced."""
+        state = classic_state(request.group_id)
+        if state is None:
+            answer = steady_from_kio(self.coordinator, now_ms, request, client_id, client_host)
+            if answer is not None:
+                return wire_answer(self.coordinator, request.group_id, answer, api_version)
         heartbeat = heartbeat_from_kio(request, api_version, client_id, client_host)
-        state = classic_state(heartbeat.group_id)
         response: HeartbeatResponse | None = None
         if state is not None and heartbeat.member_epoch not in (-1, -2):
             if heartbeat.member_epoch != 0:
