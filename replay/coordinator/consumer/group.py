@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 from uuid import UUID
 
+from proxy.wire.errors import ErrorCode
+
 if TYPE_CHECKING:
     from replay.coordinator.consumer.types import HeartbeatResponse
 
@@ -299,6 +301,8 @@ class ConsumerGroup:
     # The session timer's entry also holds the member's rebalance timer key (steady.py cancels it).
     plain_answers: dict[str, HeartbeatResponse] = field(default_factory=dict)
     session_timers: dict[str, tuple[str, Callable[[int], None], str]] = field(default_factory=dict)
+    # Member id -> its improved Java string hash (target.py's member_hash_order).
+    hash_spreads: dict[str, int] = field(default_factory=dict)
     # The kio answer built for a plain answer (service.py): member id -> (answer, api_version, kio).
     wire_answers: dict[str, tuple[HeartbeatResponse, int, object]] = field(default_factory=dict)
     # steady.py: subscription -> ((metadata hash, topic id overrides version), topic ids)
@@ -337,6 +341,14 @@ class ConsumerGroup:
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
 
+    def advance_member(self, member: ConsumerGroupMember, epoch: int) -> None:
+        """`update_member(member.advanced_to(epoch))` for a stored member: the new record shares
+        every indexed field with it (partitions, subscription, assignor, classic metadata), so
+        only the member map (and the static index, as update_member sets it) is written."""
+        self.members[member.member_id] = member.advanced_to(epoch)
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+
     def remove_member(self, member_id: str) -> ConsumerGroupMember | None:
         """ConsumerGroup.removeMember plus the target assignment tombstone (removeMember records)."""
         old = self.members.pop(member_id, None)
@@ -344,6 +356,7 @@ class ConsumerGroup:
         self.plain_answers.pop(member_id, None)
         self.session_timers.pop(member_id, None)
         self.wire_answers.pop(member_id, None)
+        self.hash_spreads.pop(member_id, None)
         if old is None:
             return None
         self._release(old)
@@ -389,6 +402,28 @@ class ConsumerGroup:
             if previous is not None:
                 found = self.target.get(previous)
         return EMPTY if found is None else found
+
+    def validate_offset_commit(self, member_id: str, member_epoch: int, api_version: int) -> ErrorCode:
+        """ConsumerGroup.validateOffsetCommit as an error code (0: accepted)."""
+        if member_epoch < 0 and not self.members:
+            return ErrorCode.none
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if api_version < 9 and member.classic is None:  # classic members commit with any version
+            return ErrorCode.unsupported_version
+        if member_epoch != member.member_epoch:  # a classic member's generation: ILLEGAL_GENERATION
+            return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    def validate_offset_fetch(self, member_id: str, member_epoch: int) -> ErrorCode:
+        """ConsumerGroup.validateOffsetFetch of a member (validateMemberEpoch)."""
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if member_epoch == member.member_epoch:
+            return ErrorCode.none
+        return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
 
     @property
     def state(self) -> ConsumerGroupState:

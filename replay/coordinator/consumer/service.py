@@ -552,29 +552,13 @@ class ConsumerGroupService:
         self, group_id: str, member_id: str, instance_id: str | None, member_epoch: int, api_version: int
     ) -> ErrorCode:
         """ConsumerGroup.validateOffsetCommit as an error code (0: accepted)."""
-        group = self.coordinator.groups[group_id]
-        if member_epoch < 0 and not group.members:
-            return ErrorCode.none
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if api_version < 9 and member.classic is None:  # classic members commit with any version
-            return ErrorCode.unsupported_version
-        if member_epoch != member.member_epoch:  # a classic member's generation: ILLEGAL_GENERATION
-            return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
-        return ErrorCode.none
+        return self.coordinator.groups[group_id].validate_offset_commit(member_id, member_epoch, api_version)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """ConsumerGroup.validateOffsetFetch as an error code (0: accepted)."""
         if member_id is None and member_epoch < 0:
             return ErrorCode.none
-        group = self.coordinator.groups[group_id]
-        member = group.members.get(member_id or "")
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member_epoch == member.member_epoch:  # validateMemberEpoch
-            return ErrorCode.none
-        return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
+        return self.coordinator.groups[group_id].validate_offset_fetch(member_id or "", member_epoch)
 
     def empty_groups(self) -> list[str]:
         """Consumer groups without members (GroupMetadataManager.cleanupGroupMetadata deletes

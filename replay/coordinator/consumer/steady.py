@@ -102,7 +102,7 @@ def steady(
         subscribed = _subscribed_ids(coordinator, group, member.subscribed_topic_names)
         if not target.keys() <= subscribed or not all(target.values()):
             return None
-        group.update_member(member.advanced_to(target_epoch))
+        group.advance_member(member, target_epoch)
         coordinator.timers.cancel(timer[2])
     coordinator.timers.schedule(timer[0], now_ms + coordinator.config.session_timeout_ms, timer[1])
     answer = group.plain_answers.get(member_id)
