@@ -37,6 +37,7 @@ from replay.coordinator.consumer import migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
+from replay.coordinator.consumer.steady import steady_classic_heartbeat
 from replay.coordinator.consumer.types import (
     ConsumerGroupConfig,
     ConsumerGroupEvent,
@@ -55,6 +56,7 @@ from replay.coordinator.types import RequestContext
 
 # ClassicGroupState of a group id that is a classic group: None = no classic group by that id.
 ClassicLookup = Callable[[str], str | None]
+_NONE = ErrorCode.none  # an enum attribute is looked up in Python on 3.11
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,7 +498,13 @@ class ConsumerGroupService:
         group = coordinator.groups.get(request.group_id)
         if group is None:
             return False
-        code = ErrorCode.none
+        _, generation_id, member_id, instance_id = request  # replay.coordinator.parse.Heartbeat
+        if steady_classic_heartbeat(
+            coordinator, runtime.now_ms(), group, member_id, instance_id, generation_id
+        ):
+            runtime.respond(ctx, migration.heartbeat_response(ctx.api_version, _NONE))
+            return True
+        code = _NONE
         try:
             member = migration.classic_member(group, request.member_id, request.group_instance_id)
             migration.throw_if_generation_unmatched(member, request.generation_id)

@@ -113,6 +113,36 @@ def steady(
     return answer
 
 
+def steady_classic_heartbeat(
+    coordinator: ConsumerGroupCoordinator,
+    now_ms: int,
+    group: ConsumerGroup,
+    member_id: str,
+    instance_id: str | None,
+    generation_id: int,
+) -> bool:
+    """classicGroupHeartbeatToConsumerGroup of a classic member that is where it should be:
+    known (by instance id too), at the generation it names, STABLE at or past the target
+    epoch (so not must_rejoin). Its session timer is rescheduled with its own classic session
+    timeout and True tells the caller to answer NONE; False, with nothing changed: the full
+    path's turn (service.classic_heartbeat), which does the same for these members."""
+    member = group.members.get(member_id)
+    if (
+        member is None
+        or member.classic is None
+        or member.member_epoch != generation_id
+        or member.state is not _STABLE
+        or member.member_epoch < group.assignment_epoch
+        or (instance_id is not None and group.static_members.get(instance_id) != member_id)
+    ):
+        return False
+    timer = group.session_timers.get(member_id)
+    if timer is None:
+        return False
+    coordinator.timers.schedule(timer[0], now_ms + member.classic.session_timeout_ms, timer[1])
+    return True
+
+
 def _metadata_unchanged(coordinator: ConsumerGroupCoordinator, group: ConsumerGroup) -> bool:
     """The metadata hash of the subscribed topics is what the group last bumped its epoch for
     (without regexes: the names the members subscribe to, with their partition counts)."""
@@ -143,4 +173,4 @@ def _subscribed_ids(
     return ids
 
 
-__all__ = ["steady", "steady_heartbeat"]
+__all__ = ["steady", "steady_classic_heartbeat", "steady_heartbeat"]
