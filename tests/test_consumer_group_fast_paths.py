@@ -10,14 +10,14 @@ silent) and whatever the metadata does (partitions added, topics created)."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from typing import Any
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.coordinator.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator, HeartbeatRequest
+from replay.coordinator.consumer import ConsumerGroupConfig, HeartbeatRequest, target
+from replay.coordinator.consumer.assignors import java_hash_order
 from replay.coordinator.consumer.group import (
     ClassicMemberMetadata,
     ConsumerGroup,
@@ -27,6 +27,8 @@ from replay.coordinator.consumer.group import (
     reconcile,
 )
 from replay.coordinator.consumer.migration import supports_classic_protocols
+from replay.coordinator.consumer.service import ConsumerGroupService
+from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
 
 TOPIC = uuid.UUID(int=7)
 _SUBSCRIPTIONS = (("t",), ("u",), ("t", "u"), ("t", "later"))
@@ -46,8 +48,13 @@ def clients_of(ops: list[tuple[str, int]]) -> set[int]:
     return {who for _, who in ops}
 
 
-def _drive(ops: list[tuple[str, int]], assignor: str, interval_ms: int, mixed: bool) -> list[Any]:  # noqa: C901 - one interpreter over the random operations
-    coordinator = ConsumerGroupCoordinator(ConsumerGroupConfig(assignment_interval_ms=interval_ms))
+def _drive(  # noqa: C901 - one interpreter over the random operations
+    ops: list[tuple[str, int]], assignor: str, interval_ms: int, mixed: bool, via_kio: bool = False
+) -> list[Any]:
+    """The random operations against a coordinator; `via_kio`: through ConsumerGroupService with
+    kio requests (its steady path reads them before any conversion), the kio answers kept."""
+    service = ConsumerGroupService(ConsumerGroupConfig(assignment_interval_ms=interval_ms))
+    coordinator = service.coordinator
     coordinator.add_topic("t", 12)
     coordinator.add_topic("u", 5)
     clients: dict[int, dict[str, Any]] = {}
@@ -99,8 +106,16 @@ def _drive(ops: list[tuple[str, int]], assignor: str, interval_ms: int, mixed: b
             name = ("t", "u", "later")[who % 3]
             coordinator.add_topic(name, coordinator.topic_partitions.get(name, 0) + 1)
         if request is not None and client is not None:
-            answer = coordinator.heartbeat(now, request)
-            seen.append(answer)
+            if via_kio:
+                api_version = 1 if who % 2 else 0
+                kio_answer = service.heartbeat(
+                    now, heartbeat_to_kio(request, api_version), api_version, "", "", _no_classic, _no_classic
+                )
+                seen.append(kio_answer)
+                answer = heartbeat_response_from_kio(kio_answer)
+            else:
+                answer = coordinator.heartbeat(now, request)
+                seen.append(answer)
             if answer.error_code == 0 and request.member_epoch >= 0:
                 client["epoch"] = answer.member_epoch
                 if answer.assignment is not None:
@@ -117,17 +132,42 @@ def _drive(ops: list[tuple[str, int]], assignor: str, interval_ms: int, mixed: b
     return seen
 
 
+def _no_classic(group_id: str) -> None:
+    return None
+
+
+def _java_hash_order(group: ConsumerGroup, member_ids: list[str]) -> list[str]:
+    return java_hash_order(member_ids)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_OPS, st.sampled_from(["uniform", "range"]), st.sampled_from([0, 1000]), st.booleans())
+@given(_OPS, st.sampled_from(["uniform", "range"]), st.sampled_from([0, 1000]), st.booleans(), st.booleans())
 def test_steady_heartbeats_answer_what_the_full_path_answers(
-    ops: list[tuple[str, int]], assignor: str, interval_ms: int, mixed: bool
+    ops: list[tuple[str, int]], assignor: str, interval_ms: int, mixed: bool, via_kio: bool
 ) -> None:
+    """The fast paths (steady heartbeats, from kio requests too, with their kio answers kept;
+    the target's member order from kept hashes, homogeneous specs zipped) against the full
+    path (`_heartbeat`, every kio request converted and every answer built, java_hash_order,
+    the spec loop)."""
     # A settled group first (where steady heartbeats happen), the random part, a settle again.
     ops = [("join", who) for who in range(5)] + [("round", 0)] * 3 + ops + [("round", 0)] * 3
-    fast = _drive(ops, assignor, interval_ms, mixed)
-    with mock.patch("replay.coordinator.consumer.coordinator.steady_heartbeat", return_value=None):
-        full = _drive(ops, assignor, interval_ms, mixed)
+    fast = _drive(ops, assignor, interval_ms, mixed, via_kio)
+    with (
+        mock.patch("replay.coordinator.consumer.coordinator.steady_heartbeat", return_value=None),
+        mock.patch("replay.coordinator.consumer.service.steady_from_kio", return_value=None),
+        mock.patch("replay.coordinator.consumer.target.member_hash_order", _java_hash_order),
+        mock.patch("replay.coordinator.consumer.target._homogeneous_specs", target._specs),
+    ):
+        full = _drive(ops, assignor, interval_ms, mixed, via_kio)
     assert fast == full
+
+
+@given(st.lists(st.text(min_size=0, max_size=6), max_size=40, unique=True), st.integers(0, 40))
+def test_member_hash_order_is_java_hash_order(member_ids: list[str], known: int) -> None:
+    """With some of the hashes already kept (members seen by an earlier target) or none."""
+    group = ConsumerGroup("g")
+    target.member_hash_order(group, member_ids[:known])
+    assert target.member_hash_order(group, member_ids) == java_hash_order(member_ids)
 
 
 _PARTS = st.frozensets(st.integers(0, 5), max_size=4)
@@ -163,7 +203,7 @@ def test_advanced_to_lists_every_field() -> None:
         server_assignor="range",
         assigned={TOPIC: frozenset({1})},
     )
-    expected = replace(member, member_epoch=6, previous_member_epoch=4, state=MemberState.STABLE)
+    expected = member._replace(member_epoch=6, previous_member_epoch=4, state=MemberState.STABLE)
     assert member.advanced_to(6) == expected
 
 
@@ -182,7 +222,7 @@ def test_supported_classic_protocols_follow_the_members(
         group.update_member(ConsumerGroupMember(f"m{index}", classic=metadata))
         if index % 3 == 2:  # the same member rejoins with the first protocol only, or none
             again = ClassicMemberMetadata(45_000, tuple((p, b"") for p in protocols[:1])) if classic else None
-            group.update_member(replace(group.members[f"m{index}"], classic=again))
+            group.update_member(group.members[f"m{index}"]._replace(classic=again))
     group.remove_member(f"m{leaving}")
     classic_members = [m for m in group.members.values() if m.classic is not None]
     expected = (

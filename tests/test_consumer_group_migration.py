@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.wire.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
 from proxy.wire.errors import ErrorCode
@@ -265,3 +268,53 @@ def test_downgrade_refused_over_the_classic_group_max_size() -> None:
     assert int(_beat(sim, str(answer.member_id), -1).error_code) == 0
     assert sim.coordinator.consumer.is_consumer_group("g") and "g" not in sim.coordinator.groups
     assert set(consumer.groups["g"].members) == set(ids)
+
+
+def _classic_members_in_a_consumer_group(ops: list[tuple[str, int]]) -> list[Any]:
+    """Three classic members of an upgraded group: heartbeats at their generation or a stale
+    one, rejoins (JoinGroup + SyncGroup), the consumer member's heartbeats, silences; the
+    answers, the events and every timer's deadline."""
+    sim = _sim(MigrationPolicy.UPGRADE)
+    ids, generation = _classic_group(sim, members=3)
+    consumer = _beat(sim, "c0000000-0000-4000-8000-000000000001", 0)
+    generations = dict.fromkeys(ids, generation)
+    seen: list[Any] = []
+    for op, who in ops:
+        sim.tick(sim.now_ms + (20_000 if op == "wait" else 1_000))
+        member_id, conn = ids[who], who + 1
+        if op in ("beat", "stale"):
+            seen.append(sim.heartbeat(conn, 4, generations[member_id] - (op == "stale"), member_id))
+        elif op == "rejoin":
+            joined = sim.answer(sim.join(conn, V, member_id, protocols=(("range", SUB),)))
+            seen.append(joined)
+            if joined is not None and int(joined.error_code) == 0:
+                generations[member_id] = int(joined.generation_id)
+                seen.append(sim.answer(sim.sync(conn, 5, generations[member_id], member_id)))
+        elif op == "consumer":
+            consumer = _beat(sim, str(consumer.member_id), int(consumer.member_epoch), owned={})
+            seen.append(consumer)
+    timers = sim.coordinator.timers
+    seen.append((sim.kinds(), sorted((key, timers.deadline(key)) for key in timers._live)))
+    return seen
+
+
+_CLASSIC_OPS = st.sampled_from(["beat", "beat", "stale", "rejoin", "consumer", "wait"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["beat", "beat", "stale", "rejoin", "consumer", "wait"]), st.integers(0, 2)
+        ),
+        max_size=30,
+    )
+)
+def test_steady_classic_heartbeats_in_a_consumer_group_are_the_full_path(ops: list[tuple[str, int]]) -> None:
+    """steady.steady_classic_heartbeat (a classic member at its generation, reconciled) against
+    service.classic_heartbeat's full sequence: same answers, events and timer deadlines."""
+    ops = [("beat", w) for w in range(3)] + [("rejoin", w) for w in range(3)] + ops + [("beat", 0)]
+    fast = _classic_members_in_a_consumer_group(ops)
+    with mock.patch("replay.coordinator.consumer.service.steady_classic_heartbeat", return_value=False):
+        full = _classic_members_in_a_consumer_group(ops)
+    assert fast == full

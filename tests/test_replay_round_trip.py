@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from proxy.capture.reader import read_capture
 from replay import run
+from replay.coordinator.consumer import target as consumer_target
+from replay.coordinator.consumer.assignors import java_hash_order
 from replay.plan import ReplayPlan, build_plan
 from replay.run import CoordinatorTransport, RunResult, replay_reference
 from replay.scenario import Scenario, builtin_names, load_builtin, parse_scenario
@@ -162,3 +164,30 @@ def test_the_round_trip_answers_both_protocols_heartbeats(synthetic: Synthetic) 
         _replay(synthetic.plan, scenario, fast=True, taken=taken)
     consumer_checks = [c for c in uneventful.call_args_list if c.args[0].api_key != run.HEARTBEAT]
     assert taken.count > 100 and consumer_checks
+
+
+def _java_hash_order(group: Any, member_ids: list[str]) -> list[str]:
+    return java_hash_order(member_ids)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=mixed_scenarios())
+def test_random_mixed_protocol_runs_are_the_same_without_the_consumer_coordinators_fast_paths(
+    synthetic: Synthetic, text: str
+) -> None:
+    """replay.coordinator.consumer's fast paths (steady ConsumerGroupHeartbeats read from the kio
+    request and their kio answers kept, classic Heartbeats of members in a consumer group, the
+    target's member order from kept hashes and zipped specs) against its full path, in random
+    mixed-protocol runs through the whole coordinator: same events, counts and records."""
+    scenario = parse_scenario(text, "generated.yaml")
+    fast = _replay(synthetic.plan, scenario, fast=True, taken=Taken())
+    consumer = "replay.coordinator.consumer"
+    with (
+        mock.patch(f"{consumer}.service.steady_from_kio", return_value=None),
+        mock.patch(f"{consumer}.service.steady_classic_heartbeat", return_value=False),
+        mock.patch(f"{consumer}.coordinator.steady_heartbeat", return_value=None),
+        mock.patch(f"{consumer}.target.member_hash_order", _java_hash_order),
+        mock.patch(f"{consumer}.target._homogeneous_specs", consumer_target._specs),
+    ):
+        full = _replay(synthetic.plan, scenario, fast=True, taken=Taken())
+    assert fast == full

@@ -33,7 +33,7 @@ from __future__ import annotations
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from uuid import UUID
 
@@ -194,7 +194,9 @@ class ConsumerGroupCoordinator:
 
     def heartbeat(self, now_ms: int, request: HeartbeatRequest) -> HeartbeatResponse:
         """One ConsumerGroupHeartbeat. Timers due at `now_ms` fire first (as the classic core does)."""
-        self.advance(now_ms)
+        heap = self.timers.heap  # `advance`, when the heap's first entry (maybe stale) is due
+        if heap and heap[0][0] <= now_ms:
+            self.advance(now_ms)
         steady = steady_heartbeat(self, now_ms, request)
         if steady is not None:
             return steady
@@ -325,7 +327,7 @@ class ConsumerGroupCoordinator:
                             f"Static member {member_id} with instance id {request.instance_id} cannot join "
                             f"the group because the instance id is owned by {existing.member_id} member.",
                         )
-                    member = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+                    member = existing._replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
                     replaced = existing
             else:
                 if existing is None:
@@ -450,8 +452,9 @@ class ConsumerGroupCoordinator:
                 why = "the member session expired"
                 self._fence_operation(at_ms, group_id, member_id, "member_expired", why)
 
-            found = (f"session-timeout-{group_id}-{member_id}", expire)
-            if timers is not None:  # the key and action of a member's timer, made once
+            key = f"session-timeout-{group_id}-{member_id}"
+            found = (key, expire, f"rebalance-timeout-{group_id}-{member_id}")
+            if timers is not None:  # the keys and action of a member's timers, made once
                 timers[member_id] = found
         self.timers.schedule(found[0], now_ms + timeout, found[1])
 
@@ -522,7 +525,7 @@ class ConsumerGroupCoordinator:
             if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # consumerGroupStaticMemberGroupLeave: keeps its partitions, epoch -2, no epoch bump.
                 group.update_member(
-                    replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+                    member._replace(member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
                 )
                 self.events.append(
                     ConsumerGroupEvent(now_ms, group.group_id, "member_left", member.member_id, -2, "static")

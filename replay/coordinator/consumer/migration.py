@@ -33,7 +33,6 @@ epochs, assignments, DescribeGroups / ConsumerGroupDescribe group types and stat
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
@@ -234,7 +233,7 @@ def classic_join(  # noqa: C901 - follows Kafka's classicGroupJoinToConsumerGrou
             if existing is None:
                 member = group.members.get(member_id) or ConsumerGroupMember(member_id)
             else:
-                member = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+                member = existing._replace(member_id=member_id, member_epoch=0, previous_member_epoch=0)
                 replaced = existing
         else:
             if existing is None:
@@ -251,8 +250,7 @@ def classic_join(  # noqa: C901 - follows Kafka's classicGroupJoinToConsumerGrou
         subscription = decode_subscription(protocols[0][1])
     except (CodecError, IndexError) as exc:
         raise HeartbeatError(ErrorCode.inconsistent_group_protocol, f"Malformed subscription: {exc}") from exc
-    updated = replace(
-        member,
+    updated = member._replace(
         instance_id=instance_id if instance_id is not None else member.instance_id,
         rebalance_timeout_ms=rebalance_timeout_ms
         if rebalance_timeout_ms != -1
@@ -474,7 +472,7 @@ def classic_group_from(
             m.classic.protocols,
         )
         converted.add(member, None)
-        target = replace(m, assigned=group.target.get(m.member_id, {}))
+        target = m._replace(assigned=group.target.get(m.member_id, {}))
         member.assignment = assignment_bytes(coordinator, target)
     converted.protocol_name = converted.select_protocol()
     return converted

@@ -37,6 +37,7 @@ from replay.coordinator.consumer import migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
+from replay.coordinator.consumer.steady import steady_classic_heartbeat
 from replay.coordinator.consumer.types import (
     ConsumerGroupConfig,
     ConsumerGroupEvent,
@@ -47,12 +48,15 @@ from replay.coordinator.consumer.wire import (
     describe_response_to_kio,
     heartbeat_from_kio,
     heartbeat_response_to_kio,
+    steady_from_kio,
+    wire_answer,
 )
 from replay.coordinator.timers import KeyedTimers
 from replay.coordinator.types import RequestContext
 
 # ClassicGroupState of a group id that is a classic group: None = no classic group by that id.
 ClassicLookup = Callable[[str], str | None]
+_NONE = ErrorCode.none  # an enum attribute is looked up in Python on 3.11
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +175,12 @@ class ConsumerGroupService:
     ) -> Any:
         """ConsumerGroupHeartbeat: `classic_state` tells whether the group id is a classic group
         (and its state); `drop_empty_classic_group` deletes an empty one being replaced."""
+        state = classic_state(request.group_id)
+        if state is None:
+            answer = steady_from_kio(self.coordinator, now_ms, request, client_id, client_host)
+            if answer is not None:
+                return wire_answer(self.coordinator, request.group_id, answer, api_version)
         heartbeat = heartbeat_from_kio(request, api_version, client_id, client_host)
-        state = classic_state(heartbeat.group_id)
         response: HeartbeatResponse | None = None
         if state is not None and heartbeat.member_epoch not in (-1, -2):
             if heartbeat.member_epoch != 0:
@@ -490,7 +498,13 @@ class ConsumerGroupService:
         group = coordinator.groups.get(request.group_id)
         if group is None:
             return False
-        code = ErrorCode.none
+        _, generation_id, member_id, instance_id = request  # replay.coordinator.parse.Heartbeat
+        if steady_classic_heartbeat(
+            coordinator, runtime.now_ms(), group, member_id, instance_id, generation_id
+        ):
+            runtime.respond(ctx, migration.heartbeat_response(ctx.api_version, _NONE))
+            return True
+        code = _NONE
         try:
             member = migration.classic_member(group, request.member_id, request.group_instance_id)
             migration.throw_if_generation_unmatched(member, request.generation_id)
@@ -546,29 +560,13 @@ class ConsumerGroupService:
         self, group_id: str, member_id: str, instance_id: str | None, member_epoch: int, api_version: int
     ) -> ErrorCode:
         """ConsumerGroup.validateOffsetCommit as an error code (0: accepted)."""
-        group = self.coordinator.groups[group_id]
-        if member_epoch < 0 and not group.members:
-            return ErrorCode.none
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if api_version < 9 and member.classic is None:  # classic members commit with any version
-            return ErrorCode.unsupported_version
-        if member_epoch != member.member_epoch:  # a classic member's generation: ILLEGAL_GENERATION
-            return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
-        return ErrorCode.none
+        return self.coordinator.groups[group_id].validate_offset_commit(member_id, member_epoch, api_version)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """ConsumerGroup.validateOffsetFetch as an error code (0: accepted)."""
         if member_id is None and member_epoch < 0:
             return ErrorCode.none
-        group = self.coordinator.groups[group_id]
-        member = group.members.get(member_id or "")
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if member_epoch == member.member_epoch:  # validateMemberEpoch
-            return ErrorCode.none
-        return ErrorCode.illegal_generation if member.classic else ErrorCode.stale_member_epoch
+        return self.coordinator.groups[group_id].validate_offset_fetch(member_id or "", member_epoch)
 
     def empty_groups(self) -> list[str]:
         """Consumer groups without members (GroupMetadataManager.cleanupGroupMetadata deletes

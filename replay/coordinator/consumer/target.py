@@ -16,12 +16,15 @@ assignor_counts) instead of a walk over its members.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 from replay.coordinator.consumer import assignors
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, Partitions
 from replay.coordinator.consumer.types import ConsumerGroupEvent
+from replay.coordinator.hashorder import MemberMapKind, capacity_for, improved_hash
 
 if TYPE_CHECKING:
     from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
@@ -49,22 +52,9 @@ def maybe_update_target(
     if updated_id not in stored:
         member_ids.append(updated_id)  # addOrUpdateMember: a join takes its place at the end
     name = preferred_assignor(coordinator, group, updated)
-    subscriptions: dict[object, frozenset[UUID]] = {}
-    specs = []
-    current = group.target
-    spec, new_tuple = assignors.MemberSpec, tuple.__new__  # NamedTuple's own __new__ is Python
-    for member_id in assignors.java_hash_order(member_ids):
-        m = updated if member_id == updated_id else stored[member_id]
-        regex = m.subscribed_topic_regex
-        key = m.subscribed_topic_names if regex is None else (m.subscribed_topic_names, regex)
-        topic_ids = subscriptions.get(key)
-        if topic_ids is None:
-            topic_ids = subscriptions[key] = coordinator.member_topic_ids(group, m)
-        assignment = current.get(member_id)
-        if assignment is None:
-            assignment = group.target_of(m)  # a replacing static member: the departed one's
-        specs.append(new_tuple(spec, (member_id, m.instance_id, topic_ids, assignment)))
+    ordered = member_hash_order(group, member_ids)
     homogeneous = is_homogeneous(coordinator, group, updated, len(member_ids))
+    specs = (_homogeneous_specs if homogeneous else _specs)(coordinator, group, ordered, updated)
     first = specs[0].member_id if specs else None
     order = (
         topic_ids_order(coordinator, group, updated if first == updated_id else stored[first])
@@ -95,6 +85,79 @@ def topic_ids_order(
     names = member.subscribed_topic_names | group.resolved_topics(member.subscribed_topic_regex)
     known = coordinator.topic_partitions
     return tuple(coordinator.topic_id(n) for n in assignors.java_hash_order(sorted(names)) if n in known)
+
+
+def member_hash_order(group: ConsumerGroup, member_ids: list[str]) -> list[str]:
+    """`assignors.java_hash_order(member_ids)` (the order of Kafka's member-spec HashMap) with
+    each member id's improved hash kept by the group: a target of a 1,000-member group no longer
+    hashes (through an lru_cache call each) every member id again.
+    tests/test_consumer_group_fast_paths.py checks it against java_hash_order."""
+    if len(member_ids) < 2:
+        return list(member_ids)
+    spreads = group.hash_spreads
+    hashes: list[int | None] = list(map(spreads.get, member_ids))
+    if None in hashes:
+        for index, found in enumerate(hashes):
+            if found is None:
+                hashes[index] = spreads[member_ids[index]] = improved_hash(member_ids[index])
+    mask = capacity_for(MemberMapKind.JAVA_HASH_MAP, len(member_ids)) - 1
+    decorated = [((h & mask) << 32) | i for i, h in enumerate(hashes)]  # type: ignore[operator]
+    decorated.sort()
+    return [member_ids[d & 0xFFFFFFFF] for d in decorated]
+
+
+def _specs(
+    coordinator: ConsumerGroupCoordinator,
+    group: ConsumerGroup,
+    ordered: list[str],
+    updated: ConsumerGroupMember,
+) -> list[assignors.MemberSpec]:
+    """TargetAssignmentBuilder's member specs, in `ordered` order, `updated` in place of its
+    stored self: each member's subscribed topic ids (resolved once per distinct subscription)
+    and current target (a replacing static member's is the departed one's)."""
+    stored, updated_id, current = group.members, updated.member_id, group.target
+    subscriptions: dict[object, frozenset[UUID]] = {}
+    specs = []
+    spec, new_tuple = assignors.MemberSpec, tuple.__new__  # NamedTuple's own __new__ is Python
+    for member_id in ordered:
+        m = updated if member_id == updated_id else stored[member_id]
+        regex = m.subscribed_topic_regex
+        key = m.subscribed_topic_names if regex is None else (m.subscribed_topic_names, regex)
+        topic_ids = subscriptions.get(key)
+        if topic_ids is None:
+            topic_ids = subscriptions[key] = coordinator.member_topic_ids(group, m)
+        assignment = current.get(member_id)
+        if assignment is None:
+            assignment = group.target_of(m)
+        specs.append(new_tuple(spec, (member_id, m.instance_id, topic_ids, assignment)))
+    return specs
+
+
+def _homogeneous_specs(
+    coordinator: ConsumerGroupCoordinator,
+    group: ConsumerGroup,
+    ordered: list[str],
+    updated: ConsumerGroupMember,
+) -> list[assignors.MemberSpec]:
+    """`_specs` when every member subscribes to the same names or the same one regex
+    (`is_homogeneous`): one set of topic ids for all, so the specs are zipped together by C
+    iteration (`map`, `zip`) instead of a Python loop per member (a 1,000-member group
+    computes a new target for each epoch bump, up to once per assignment interval).
+    tests/test_consumer_group_fast_paths.py checks it against `_specs`."""
+    count = len(ordered)
+    members: list[ConsumerGroupMember | None] = list(map(group.members.get, ordered))
+    members[ordered.index(updated.member_id)] = updated
+    assignments: list[Partitions | None] = list(map(group.target.get, ordered))
+    if None in assignments:  # a joining member, or a replacing static member
+        for index, assignment in enumerate(assignments):
+            if assignment is None:
+                assignments[index] = group.target_of(members[index])  # type: ignore[arg-type]
+    topic_ids = coordinator.member_topic_ids(group, updated)
+    columns = zip(ordered, map(_INSTANCE_ID, members), repeat(topic_ids, count), assignments, strict=True)
+    return list(map(tuple.__new__, repeat(assignors.MemberSpec, count), columns))
+
+
+_INSTANCE_ID = attrgetter("instance_id")
 
 
 def is_homogeneous(
@@ -133,4 +196,4 @@ def preferred_assignor(
     return max(counts.items(), key=lambda item: item[1])[0]
 
 
-__all__ = ["is_homogeneous", "maybe_update_target", "preferred_assignor"]
+__all__ = ["is_homogeneous", "maybe_update_target", "member_hash_order", "preferred_assignor"]

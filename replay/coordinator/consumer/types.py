@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 from uuid import UUID
 
 from proxy.wire.errors import ErrorCode
@@ -80,9 +81,9 @@ class TopicImage:
     partitions: int
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
-    """ConsumerGroupHeartbeatRequest, protocol-neutral (None = the field's null / -1 sentinel)."""
+class HeartbeatRequest(NamedTuple):
+    """ConsumerGroupHeartbeatRequest, protocol-neutral (None = the field's null / -1 sentinel).
+    A NamedTuple: one is built per request from kio (wire.py)."""
 
     group_id: str
     member_id: str
@@ -99,8 +100,10 @@ class HeartbeatRequest:
     client_host: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatResponse:
+class HeartbeatResponse(NamedTuple):
+    """ConsumerGroupHeartbeatResponse, protocol-neutral. A NamedTuple: after each group epoch
+    bump every member's next answer is a new one (steady.py)."""
+
     error_code: int = 0
     error_message: str | None = None
     member_id: str | None = None
@@ -180,8 +183,7 @@ def updated_member(member: ConsumerGroupMember, request: HeartbeatRequest) -> Co
         and member.classic is None
     ):
         return member
-    return replace(
-        member,
+    return member._replace(
         classic=None,  # setClassicMemberMetadata(null): the member now uses the consumer protocol
         instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
         rack_id=request.rack_id if request.rack_id is not None else member.rack_id,

@@ -9,21 +9,27 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from kio.index import load_request_schema, load_response_schema
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from proxy.wire.errors import ErrorCode
+from replay.coordinator.consumer.steady import steady
 from replay.coordinator.consumer.types import DescribedGroup, HeartbeatRequest, HeartbeatResponse
+
+if TYPE_CHECKING:
+    from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
 SUPPORTED_VERSIONS = {CONSUMER_GROUP_HEARTBEAT: (0, 1), CONSUMER_GROUP_DESCRIBE: (0, 1)}
 
 
+@lru_cache(maxsize=256)
 def _ms(duration: Any) -> int:
+    """Cached: a request carries one of a few durations (-1 on every plain heartbeat)."""
     return int(duration.days * 86_400_000 + duration.seconds * 1000 + duration.microseconds // 1000)
 
 
@@ -122,15 +128,58 @@ def heartbeat_response_to_kio(response: HeartbeatResponse, api_version: int) -> 
         if response.assignment is None
         else module.Assignment(topic_partitions=_topic_partitions(module, response.assignment))
     )
+    code = _ERRORS.get(response.error_code)  # (ErrorCode.none is falsy: no `or` here)
     return schema(
         throttle_time=_td(0),
-        error_code=_ERRORS.get(response.error_code) or ErrorCode(response.error_code),
+        error_code=ErrorCode(response.error_code) if code is None else code,
         error_message=response.error_message,
         member_id=response.member_id,
-        member_epoch=i32(response.member_epoch),
+        member_epoch=response.member_epoch,  # an i32 is an int at run time; i32() checks it, slowly
         heartbeat_interval=_td(response.heartbeat_interval_ms),
         assignment=assignment,
     )
+
+
+def steady_from_kio(
+    coordinator: ConsumerGroupCoordinator, now_ms: int, entity: Any, client_id: str, client_host: str
+) -> HeartbeatResponse | None:
+    """ConsumerGroupCoordinator.heartbeat's first steps on a kio request: the timers due fire,
+    then `steady.steady` is asked with the request's own fields, so a heartbeat that changes
+    nothing is answered before `heartbeat_from_kio` converts the partitions it owns. None: the
+    full path's turn (`steady` changed nothing)."""
+    heap = coordinator.timers.heap
+    if heap and heap[0][0] <= now_ms:
+        coordinator.advance(now_ms)
+    return steady(
+        coordinator,
+        now_ms,
+        entity.group_id,
+        entity.member_id,
+        entity.member_epoch,
+        entity.instance_id,
+        entity.rack_id,
+        _ms(entity.rebalance_timeout),
+        entity.subscribed_topic_names is not None
+        or getattr(entity, "subscribed_topic_regex", None) is not None,
+        entity.server_assignor,
+        client_id,
+        client_host,
+    )
+
+
+def wire_answer(
+    coordinator: ConsumerGroupCoordinator, group_id: str, answer: HeartbeatResponse, api_version: int
+) -> Any:
+    """The kio answer to a steady heartbeat: `steady` gives a member the same answer object
+    until its epoch moves, so the kio entity built for it is kept beside it and given again."""
+    group = coordinator.groups[group_id]
+    member_id = answer.member_id or ""
+    cached = group.wire_answers.get(member_id)
+    if cached is not None and cached[0] is answer and cached[1] == api_version:
+        return cached[2]
+    response = heartbeat_response_to_kio(answer, api_version)
+    group.wire_answers[member_id] = (answer, api_version, response)
+    return response
 
 
 def heartbeat_response_from_kio(entity: Any) -> HeartbeatResponse:
@@ -218,4 +267,6 @@ __all__ = [
     "heartbeat_response_from_kio",
     "heartbeat_response_to_kio",
     "heartbeat_to_kio",
+    "steady_from_kio",
+    "wire_answer",
 ]
