@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import TypeVar
 from uuid import UUID
 
-from replay.coordinator.hashorder import java_string_hash
+from replay.coordinator.hashorder import MemberMapKind, capacity_for, improved_hash
 
 K = TypeVar("K", str, UUID)
 
@@ -138,17 +138,10 @@ def record_order(
     return table.order()
 
 
-def _java_hash_table_capacity(size: int, initial_capacity: int = 16) -> int:
-    capacity = initial_capacity
-    while size > capacity * 3 // 4:  # HashMap.resize when ++size > threshold (0.75 load factor)
-        capacity *= 2
-    return capacity
-
-
 @lru_cache(maxsize=1 << 16)
 def _string_spread(key: str) -> int:
-    h = java_string_hash(key) & 0xFFFFFFFF
-    return h ^ (h >> 16)
+    """hashorder.improved_hash, unsigned and cached (a target orders every member id)."""
+    return improved_hash(key) & 0xFFFFFFFF
 
 
 def java_hash_order(keys: Iterable[K]) -> list[K]:
@@ -159,7 +152,7 @@ def java_hash_order(keys: Iterable[K]) -> list[K]:
     ordered = list(keys)
     if len(ordered) < 2:
         return ordered
-    mask = _java_hash_table_capacity(len(ordered)) - 1
+    mask = capacity_for(MemberMapKind.JAVA_HASH_MAP, len(ordered)) - 1
     if isinstance(ordered[0], UUID):
         decorated = [((uuid_spread(k) & mask) << 32) | i for i, k in enumerate(ordered)]
     else:
