@@ -7,7 +7,6 @@ import itertools
 
 import kio.schema.find_coordinator.v3.response as fc3
 import kio.schema.heartbeat.v4.request as hb4
-import kio.schema.join_group.v5.request as jg5
 import kio.schema.metadata.v12.response as md12
 import pytest
 from hypothesis import given, settings
@@ -20,17 +19,17 @@ from proxy.addressing import AddressRewriter, StaticDirectory
 from proxy.commands import Close, Closed, Opened, PassThrough, SendClient, SendUpstream
 from proxy.session import ProxySession, Record
 from proxy.wire import FrameDecoder, decode_response, encode_request, encode_response, frame
+from tests.support.group_entities import join_request
 
 
 def _join(cid: int) -> bytes:
-    request = jg5.JoinGroupRequest(
+    request = join_request(
+        5,
         group_id="g1",
-        session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-        member_id="",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=30_000,
         group_instance_id="inst-1",
-        protocol_type="consumer",
-        protocols=(jg5.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+        metadata=b"\x00\x01",
     )
     return encode_request(request, correlation_id=cid, client_id="c1")
 
