@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import itertools
 
 import kio.schema.find_coordinator.v3.response as fc3
 import kio.schema.heartbeat.v4.request as hb4
@@ -20,6 +19,7 @@ from proxy.commands import Close, Closed, Opened, PassThrough, SendClient, SendU
 from proxy.session import ProxySession, Record
 from proxy.wire import FrameDecoder, decode_response, encode_request, encode_response, frame
 from tests.support.group_entities import join_request
+from tests.support.session_feed import feed, split_at
 
 
 def _join(cid: int) -> bytes:
@@ -61,25 +61,9 @@ def _header_only(commands: list[object]) -> list[tuple[str, int, int | None, int
     return out
 
 
-def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in itertools.pairwise(points)]
-
-
 def _run(session: ProxySession, chunks: list[bytes]) -> tuple[bytes, list[Record], list[Close]]:
-    sent = b""
-    records: list[Record] = []
-    closes: list[Close] = []
-    for i, chunk in enumerate(chunks):
-        for command in session.client_data(chunk, now_ns=i):
-            match command:
-                case SendUpstream(data=data):
-                    sent += data
-                case Record():
-                    records.append(command)
-                case Close():
-                    closes.append(command)
-    return sent, records, closes
+    fed = feed(session.client_data, chunks, SendUpstream)
+    return fed.forwarded, fed.records, fed.closes
 
 
 @settings(max_examples=200, deadline=None)
@@ -95,7 +79,7 @@ def test_requests_are_forwarded_byte_exact_at_any_split(
         [_join(0)] + [_opaque(i + 1, body) if i % 2 else _heartbeat(i + 1) for i, body in enumerate(bodies)]
     )
     session = ProxySession(1, record=record)
-    sent, records, closes = _run(session, _chunks(wire, cuts))
+    sent, records, closes = _run(session, split_at(wire, cuts))
     assert not closes
     assert sent == wire
     assert session.pending_requests == len(bodies) + 1
@@ -148,21 +132,13 @@ def test_metadata_response_is_held_and_rewritten(cuts: list[int]) -> None:
         ),
         6,
     )
-    to_client = b""
-    records: list[Record] = []
-    for chunk in _chunks(wire, cuts):
-        for command in session.upstream_data(chunk, now_ns=1):
-            if isinstance(command, SendClient):
-                to_client += command.data
-            elif isinstance(command, Record):
-                records.append(command)
-            else:
-                raise AssertionError(command)
-    first, second = FrameDecoder().feed(to_client)
+    fed = feed(session.upstream_data, split_at(wire, cuts), SendClient)
+    assert not fed.closes
+    first, second = FrameDecoder().feed(fed.forwarded)
     _, body = decode_response(first, 3, 12)
     assert [(b.host, b.port) for b in body.brokers] == [("127.0.0.1", 30001)]
     assert second == FrameDecoder().feed(wire)[1]  # the opaque (Produce) response is untouched
-    assert records[0].rewritten and not records[1].rewritten
+    assert fed.records[0].rewritten and not fed.records[1].rewritten
 
 
 def test_bad_inputs_close_with_a_reason() -> None:
@@ -276,8 +252,8 @@ def test_fast_path_emits_what_the_frame_by_frame_path_emits(
         _heartbeat(i) if kind == "hb" else _opaque_as(i, kind, body) for i, (kind, body) in enumerate(frames)
     )
     responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
-    request_chunks = _chunks(requests, cuts)
-    response_chunks = _chunks(responses, [c * 7 for c in cuts])
+    request_chunks = split_at(requests, cuts)
+    response_chunks = split_at(responses, [c * 7 for c in cuts])
     fast = ProxySession(1, record=record)
     slow = ProxySession(1, record=record)
     slow._requests.scan = slow._responses.scan = None
@@ -438,8 +414,8 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
 
     requests = b"".join(wire(i, kind, body) for i, (kind, body) in enumerate(frames))
     responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
-    request_chunks = _chunks(requests, cuts)
-    response_chunks = _chunks(responses, [c * 7 for c in cuts])
+    request_chunks = split_at(requests, cuts)
+    response_chunks = split_at(responses, [c * 7 for c in cuts])
     keys = RecordScope.GROUP.api_keys
     fast = ProxySession(1, record=True, record_api_keys=keys, count_apis=True)
     slow = ProxySession(1, record=True, record_api_keys=keys, count_apis=True)
