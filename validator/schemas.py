@@ -146,6 +146,17 @@ PAIRS_SCHEMA = StructType(
     ]
 )
 
+# What one difference says, in REBALANCE_DIFF_SCHEMA's order (the CI outputs list these per case).
+DIFF_COLUMNS = (
+    "aspect",
+    "subject",
+    "ordinal",
+    "expected_value",
+    "observed_value",
+    "change",
+    "severity",
+)
+
 REBALANCE_DIFF_SCHEMA = StructType(
     [
         StructField("session_id", StringType(), True),
