@@ -15,11 +15,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from replay.ci_report import CaseStatus, TestCase, summary_document, write_junit, write_summary
-from validator.schemas import DIFF_COLUMNS
+from validator.schemas import COMPARISON_KEY, DIFF_COLUMNS
 from validator.transforms import NOT_RUN
 
 MAX_DIFFS_PER_CASE = 50
-COMPARISON_KEY = ("session_id", "scenario", "group_id", "expected_run", "observed_run")
 
 
 def collect_comparisons(verdicts: DataFrame, diffs: DataFrame) -> list[dict[str, Any]]:
