@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
-import kio.schema.find_coordinator.v3.response as fc3
 import kio.schema.heartbeat.v4.request as hb4
 import kio.schema.metadata.v12.response as md12
 import pytest
@@ -17,7 +17,15 @@ from kio.static.primitive import i8, i32, i32Timedelta
 from proxy.addressing import AddressRewriter, StaticDirectory
 from proxy.commands import Close, Closed, Opened, PassThrough, SendClient, SendUpstream
 from proxy.session import ProxySession, Record
-from proxy.wire import FrameDecoder, decode_response, encode_request, encode_response, frame
+from proxy.wire import (
+    ApiKey,
+    FrameDecoder,
+    build_response,
+    decode_response,
+    encode_request,
+    encode_response,
+    frame,
+)
 from tests.support.group_entities import join_request
 from tests.support.session_feed import feed, split_at
 
@@ -122,14 +130,7 @@ def test_metadata_response_is_held_and_rewritten(cuts: list[int]) -> None:
     session.client_data(metadata_request, now_ns=0)
     session.client_data(_opaque(6, b"p"), now_ns=0)
     wire = _metadata_response(5) + encode_response(
-        fc3.FindCoordinatorResponse(
-            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-            error_code=ErrorCode.none,
-            error_message=None,
-            node_id=BrokerId(1),
-            host="broker-1",
-            port=i32(19092),
-        ),
+        build_response(ApiKey.FIND_COORDINATOR, 3, node_id=BrokerId(1), host="broker-1", port=i32(19092)),
         6,
     )
     fed = feed(session.upstream_data, split_at(wire, cuts), SendClient)
@@ -178,15 +179,13 @@ def test_describe_cluster_and_batched_find_coordinator_are_rewritten() -> None:
     from proxy.wire import decode_response
 
     rewriter = AddressRewriter(StaticDirectory("127.0.0.1", 30000))
-    cluster = dc1.DescribeClusterResponse(
-        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-        error_code=ErrorCode.none,
-        error_message=None,
+    cluster = build_response(
+        ApiKey.DESCRIBE_CLUSTER,
+        1,
         endpoint_type=i8(1),
         cluster_id="c",
         controller_id=BrokerId(2),
         brokers=(dc1.DescribeClusterBroker(broker_id=BrokerId(2), host="b2", port=i32(9093), rack=None),),
-        cluster_authorized_operations=i32(0),
     )
     rewritten = rewriter.rewrite_response(60, 1, encode_response(cluster, 3)[4:])
     assert rewritten is not None
@@ -236,6 +235,26 @@ def _exchange(session: ProxySession, requests: list[bytes], responses: list[byte
     return out
 
 
+def _fast_and_slow(
+    requests: bytes, responses: bytes, cuts: list[int], **options: Any
+) -> tuple[ProxySession, list[object], ProxySession, list[object]]:
+    """The same exchange, cut at `cuts`, through a session with its run scans (the measured fast
+    path) and one without (frame by frame): both relay every byte, close nothing and emit the same
+    Records. Returns each session with what it emitted."""
+    request_chunks = split_at(requests, cuts)
+    response_chunks = split_at(responses, [c * 7 for c in cuts])
+    fast = ProxySession(1, **options)
+    slow = ProxySession(1, **options)
+    slow._requests.scan = slow._responses.scan = None
+    fast_out = _exchange(fast, request_chunks, response_chunks)
+    slow_out = _exchange(slow, request_chunks, response_chunks)
+    assert not any(isinstance(c, Close) for c in fast_out)
+    assert b"".join(c.data for c in fast_out if isinstance(c, SendUpstream)) == requests
+    assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
+    assert [c for c in fast_out if isinstance(c, Record)] == [c for c in slow_out if isinstance(c, Record)]
+    return fast, fast_out, slow, slow_out
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     frames=st.lists(
@@ -252,17 +271,7 @@ def test_fast_path_emits_what_the_frame_by_frame_path_emits(
         _heartbeat(i) if kind == "hb" else _opaque_as(i, kind, body) for i, (kind, body) in enumerate(frames)
     )
     responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
-    request_chunks = split_at(requests, cuts)
-    response_chunks = split_at(responses, [c * 7 for c in cuts])
-    fast = ProxySession(1, record=record)
-    slow = ProxySession(1, record=record)
-    slow._requests.scan = slow._responses.scan = None
-    fast_out = _exchange(fast, request_chunks, response_chunks)
-    slow_out = _exchange(slow, request_chunks, response_chunks)
-    assert not any(isinstance(c, Close) for c in fast_out)
-    assert b"".join(c.data for c in fast_out if isinstance(c, SendUpstream)) == requests
-    assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
-    assert [c for c in fast_out if isinstance(c, Record)] == [c for c in slow_out if isinstance(c, Record)]
+    fast, fast_out, slow, _ = _fast_and_slow(requests, responses, cuts, record=record)
     assert len([c for c in fast_out if isinstance(c, Record)]) == (2 * len(frames) if record else 0)
     assert fast.pending_requests == slow.pending_requests == 0
 
@@ -414,19 +423,10 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
 
     requests = b"".join(wire(i, kind, body) for i, (kind, body) in enumerate(frames))
     responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
-    request_chunks = split_at(requests, cuts)
-    response_chunks = split_at(responses, [c * 7 for c in cuts])
-    keys = RecordScope.GROUP.api_keys
-    fast = ProxySession(1, record=True, record_api_keys=keys, count_apis=True)
-    slow = ProxySession(1, record=True, record_api_keys=keys, count_apis=True)
-    slow._requests.scan = slow._responses.scan = None
-    fast_out = _exchange(fast, request_chunks, response_chunks)
-    slow_out = _exchange(slow, request_chunks, response_chunks)
-    assert not any(isinstance(c, Close) for c in fast_out)
-    assert b"".join(c.data for c in fast_out if isinstance(c, SendUpstream)) == requests
-    assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
+    fast, fast_out, slow, slow_out = _fast_and_slow(
+        requests, responses, cuts, record=True, record_api_keys=RecordScope.GROUP.api_keys, count_apis=True
+    )
     records = [c for c in fast_out if isinstance(c, Record)]
-    assert records == [c for c in slow_out if isinstance(c, Record)]
     expected = [(i, "request") for i, (kind, _) in enumerate(frames) if kind != "produce"]
     assert sorted((r.correlation_id, r.direction) for r in records if r.direction == "request") == expected
     assert sum(r.direction == "response" for r in records) == len(expected)
