@@ -193,13 +193,20 @@ class Broker:
 def spawn(plan: LaunchPlan, detach: bool) -> subprocess.Popen[bytes]:
     """The broker process of `plan`, logging to its log file; `detach`: it outlives this
     interpreter (own session, no death signal)."""
-    with open(plan.log_path, "ab") as log:
+    return _spawn_logged(plan.broker_command(), plan.log_path, plan.work_dir, detach)
+
+
+def _spawn_logged(
+    command: list[str], log_path: Path, work_dir: Path, detach: bool
+) -> subprocess.Popen[bytes]:
+    """`command` in `work_dir` with its output appended to `log_path` (a broker or its ZooKeeper)."""
+    with open(log_path, "ab") as log:
         return subprocess.Popen(
-            plan.broker_command(),
+            command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            cwd=plan.work_dir,
+            cwd=work_dir,
             start_new_session=detach,
             preexec_fn=child_preexec(detach),
         )
@@ -258,16 +265,7 @@ def wait_ready(plan: LaunchPlan, process: subprocess.Popen[bytes], timeout_ms: i
 
 def _start_zookeeper(plan: LaunchPlan, detach: bool) -> subprocess.Popen[bytes]:
     """Start ZooKeeper and wait until its client port accepts connections."""
-    with open(plan.zookeeper_log_path, "ab") as log:
-        process = subprocess.Popen(
-            plan.zookeeper_command(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=plan.work_dir,
-            start_new_session=detach,
-            preexec_fn=child_preexec(detach),
-        )
+    process = _spawn_logged(plan.zookeeper_command(), plan.zookeeper_log_path, plan.work_dir, detach)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:

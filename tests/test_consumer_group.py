@@ -78,6 +78,17 @@ def _coordinator(partitions: int = 4, interval_ms: int = 0) -> ConsumerGroupCoor
     return coordinator
 
 
+def _b_joins_and_a_is_asked_to_revoke(coordinator: ConsumerGroupCoordinator) -> tuple[Client, Client]:
+    """a joins alone at 0 and takes every partition, b joins at 1, a's heartbeat at 2 is asked to
+    revoke some of them for b."""
+    a = Client(coordinator, "a")
+    a.beat(0)
+    b = Client(coordinator, "b")
+    b.beat(1)
+    a.beat(2)
+    return a, b
+
+
 def test_second_member_waits_until_the_first_releases_its_partitions() -> None:
     coordinator = _coordinator()
     a = Client(coordinator, "a")
@@ -120,11 +131,7 @@ def test_errors_of_the_heartbeat() -> None:
 def test_previous_epoch_with_a_subset_is_accepted() -> None:
     """throwIfConsumerGroupMemberEpochIsInvalid: the answer with the bumped epoch may have been lost."""
     coordinator = _coordinator()
-    a = Client(coordinator, "a")
-    a.beat(0)
-    b = Client(coordinator, "b")
-    b.beat(1)
-    a.beat(2)
+    a, _ = _b_joins_and_a_is_asked_to_revoke(coordinator)
     a.beat(3)  # epoch 3 now, previous 2, owns a subset of its partitions
     assert a.epoch == 3
     assert a.beat(4, epoch=2).error_code == 0
@@ -157,11 +164,7 @@ def test_static_member_temporary_leave_keeps_its_partitions() -> None:
 
 def test_session_timeout_fences_and_rebalance_timeout_fences() -> None:
     coordinator = _coordinator()
-    a = Client(coordinator, "a")
-    a.beat(0)
-    b = Client(coordinator, "b")
-    b.beat(1)
-    a.beat(2)  # a is asked to revoke and never comes back
+    _, b = _b_joins_and_a_is_asked_to_revoke(coordinator)  # and a never comes back
     assert coordinator.groups["g"].members["a"].state is MemberState.UNREVOKED_PARTITIONS
     assert coordinator.next_deadline() == 2 + 30_000  # the rebalance timeout comes before the session's
     coordinator.advance(30_002)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i32Timedelta
 
 from proxy.wire import (
     decode_request,
@@ -21,15 +18,12 @@ from proxy.wire import (
 )
 from proxy.wire.apis import GROUP_API_KEYS, api_name
 from proxy.wire.convert import ConversionError, convert
+from tests.support.group_entities import join_request, join_response, ms
 
 VERSIONS = {key: [v for v in range(0, 20) if supports(key, v)] for key in sorted(GROUP_API_KEYS)}
 # Responses whose older versions leave out what the newer ones name (keys, members): they only
 # round-trip when the request is passed along, tested by example below.
 NEEDS_REQUEST = {(13, "response"), (10, "response"), (9, "response")}
-
-
-def _ms(value: int) -> i32Timedelta:
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
 
 
 def _encode(entity: object, kind: str) -> bytes:
@@ -83,65 +77,35 @@ def test_convert_between_any_two_versions(api_key: int, kind: str, data: st.Data
             assert back.entity == entity
 
 
-def _join_v9(**overrides: object) -> object:
-    from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
-
-    values: dict[str, object] = dict(
-        group_id="g",
-        session_timeout=_ms(45000),
-        rebalance_timeout=_ms(300000),
-        member_id="",
-        group_instance_id=None,
-        protocol_type="consumer",
-        protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
-        reason=None,
-    )
-    values.update(overrides)
-    return JoinGroupRequest(**values)  # type: ignore[arg-type]
-
-
 def test_group_instance_id_below_v5_is_reported_only_when_set() -> None:
-    static = convert(_join_v9(group_instance_id="consumer-1"), 4)
+    static = convert(join_request(group_instance_id="consumer-1"), 4)
     assert [(loss.path, loss.value) for loss in static.dropped_fields] == [
         ("group_instance_id", "consumer-1")
     ]
-    dynamic = convert(_join_v9(), 4)
+    dynamic = convert(join_request(), 4)
     assert dynamic.dropped_fields == ()
     assert type(dynamic.entity).__version__ == 4
-    assert dynamic.entity.rebalance_timeout == _ms(300000)
+    assert dynamic.entity.rebalance_timeout == ms(300000)
 
 
 def test_reason_below_v8_and_nested_protocols_follow_the_target_classes() -> None:
-    result = convert(_join_v9(reason="rebalance needed"), 7)
+    result = convert(join_request(reason="rebalance needed"), 7)
     assert [loss.path for loss in result.dropped_fields] == ["reason"]
     assert type(result.entity.protocols[0]).__version__ == 7
 
 
 def test_join_group_v0_rebalance_timeout_is_the_session_timeout() -> None:
-    down = convert(_join_v9(rebalance_timeout=_ms(45000)), 0)
+    down = convert(join_request(rebalance_timeout_ms=45000), 0)
     assert down.dropped_fields == ()
     up = convert(down.entity, 5)
-    assert up.entity.rebalance_timeout == _ms(45000)
-    lossy = convert(_join_v9(), 0)
+    assert up.entity.rebalance_timeout == ms(45000)
+    lossy = convert(join_request(), 0)
     assert [loss.path for loss in lossy.dropped_fields] == ["rebalance_timeout"]
 
 
 def test_join_group_response_member_instance_ids_are_nested_losses() -> None:
-    from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
-
-    response = JoinGroupResponse(
-        throttle_time=_ms(0),
-        error_code=ErrorCode.none,
-        generation_id=i32(3),
-        protocol_type="consumer",
-        protocol_name="range",
-        leader="m-1",
-        skip_assignment=True,
-        member_id="m-1",
-        members=(
-            JoinGroupResponseMember(member_id="m-1", group_instance_id="a", metadata=b""),
-            JoinGroupResponseMember(member_id="m-2", group_instance_id=None, metadata=b""),
-        ),
+    response = join_response(
+        generation_id=3, skip_assignment=True, members=(("m-1", "a", b""), ("m-2", None, b""))
     )
     result = convert(response, 4)
     assert {loss.path for loss in result.dropped_fields} == {
@@ -190,7 +154,7 @@ def test_find_coordinator_response_keys_come_from_the_request() -> None:
     from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 
     old = FindCoordinatorResponse(
-        throttle_time=_ms(0), error_code=ErrorCode.none, error_message=None, node_id=1, host="h", port=9092
+        throttle_time=ms(0), error_code=ErrorCode.none, error_message=None, node_id=1, host="h", port=9092
     )
     request = FindCoordinatorRequest(key_type=0, coordinator_keys=("g",))
     up = convert(old, 4, request=request)
@@ -217,4 +181,4 @@ def test_not_an_entity_or_unknown_version_is_a_conversion_error() -> None:
     with pytest.raises(ConversionError):
         convert(object(), 1)
     with pytest.raises(ConversionError):
-        convert(_join_v9(), 99)
+        convert(join_request(), 99)

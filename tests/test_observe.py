@@ -13,53 +13,39 @@ from kio.static.primitive import i32, i32Timedelta
 
 from proxy.wire.consumer_protocol import encode_assignment
 from replay.observe import Exchange, GroupObserver
+from tests.support.group_entities import join_request, join_response
 
 ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 def join(instance_id: str | None, member_id: str = "") -> jg.JoinGroupRequest:
-    return jg.JoinGroupRequest(
-        group_id="g",
-        session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+    return join_request(
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
         member_id=member_id,
         group_instance_id=instance_id,
-        protocol_type="consumer",
-        protocols=(jg.request.JoinGroupRequestProtocol(name="range", metadata=b""),),
-        reason=None,
     )
 
 
 def joined(
     member_id: str, generation: int, leader: str, members: tuple[tuple[str, str | None], ...] = ()
 ) -> jg.JoinGroupResponse:
-    return jg.JoinGroupResponse(
-        throttle_time=ZERO,
-        error_code=ErrorCode.none,
-        generation_id=i32(generation),
-        protocol_type="consumer",
-        protocol_name="range",
-        leader=leader,
-        skip_assignment=False,
+    return join_response(
         member_id=member_id,
-        members=tuple(
-            jg.response.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=b"")
-            for m, i in members
-        ),
+        generation_id=generation,
+        leader=leader,
+        members=tuple((m, i, b"") for m, i in members),
     )
 
 
 def join_error(code: ErrorCode, member_id: str = "") -> jg.JoinGroupResponse:
-    return jg.JoinGroupResponse(
-        throttle_time=ZERO,
+    return join_response(
+        member_id=member_id,
+        generation_id=-1,
+        leader="",
         error_code=code,
-        generation_id=i32(-1),
         protocol_type=None,
         protocol_name=None,
-        leader="",
-        skip_assignment=False,
-        member_id=member_id,
-        members=(),
     )
 
 

@@ -53,6 +53,14 @@ async def _proxy(upstream_port: int, **kwargs: object) -> tuple[ProxyServer, int
     return proxy, port
 
 
+async def _close(proxy: ProxyServer, upstream: asyncio.Server, *writers: asyncio.StreamWriter) -> None:
+    """The end of a test: its client connections, the proxy, then the fake upstream."""
+    for writer in writers:
+        writer.close()
+    await proxy.close()
+    upstream.close()
+
+
 async def _responses(reader: asyncio.StreamReader, count: int) -> list[bytes]:
     decoder = FrameDecoder()
     frames: list[bytes] = []
@@ -82,9 +90,7 @@ def test_pipelined_requests_get_fifo_responses_and_are_recorded(tmp_path: Path, 
         writer.write(b"".join(_heartbeat(i) if i % 3 == 0 else _opaque(i, b"x" * i) for i in range(200)))
         frames = await _responses(reader, 200)
         assert [int.from_bytes(f[:4], "big") for f in frames] == list(range(200))
-        writer.close()
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream, writer)
         recorder.close()
 
     asyncio.run(main())
@@ -115,9 +121,7 @@ def test_malformed_frame_closes_only_that_connection(caplog: pytest.LogCaptureFi
             [response] = await _responses(good_reader, 1)
             assert response == b"\x00\x00\x00\x07ok"
             bad_writer.close()
-        good_writer.close()
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream, good_writer)
 
     with caplog.at_level(logging.WARNING, logger="group_replay.proxy"):
         asyncio.run(main())
@@ -150,9 +154,7 @@ def test_upstream_restart(caplog: pytest.LogCaptureFixture) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(_heartbeat(2))
         assert await _responses(reader, 1) == [b"\x00\x00\x00\x02ok"]
-        writer.close()
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream, writer)
 
     with caplog.at_level(logging.WARNING, logger="group_replay.proxy"):
         asyncio.run(main())
@@ -211,10 +213,7 @@ def test_metadata_brokers_are_rewritten_to_new_listeners() -> None:
         reader2, writer2 = await asyncio.open_connection("127.0.0.1", advertised.port)
         writer2.write(_heartbeat(5))
         assert await _responses(reader2, 1) == [b"\x00\x00\x00\x05ok"]
-        for w in (writer, writer2):
-            w.close()
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream, writer, writer2)
         broker.close()
 
     asyncio.run(main())
@@ -248,9 +247,7 @@ def test_backpressure_bounds_proxy_buffers() -> None:
                 break
             received += len(data)
         assert received == total // 65540 * 65540
-        writer.close()
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream, writer)
 
     asyncio.run(main())
 
@@ -298,8 +295,7 @@ def test_raw_sasl_plain_login_is_relayed_and_no_secret_reaches_log_or_capture(
         stray_reader, stray_writer = await asyncio.open_connection("127.0.0.1", port)
         stray_writer.write(token)  # no handshake: not Kafka, closed
         assert await asyncio.wait_for(stray_reader.read(), 10) == b""
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream)
         recorder.close()
 
     with caplog.at_level(logging.DEBUG):
@@ -348,10 +344,7 @@ def test_leave_group_claiming_2_32_members_costs_at_most_its_connection(must_cha
             assert await _responses(reader, 1) == [b"\x00\x00\x00\x01ok"]
         canary_writer.write(_heartbeat(3))
         assert await _responses(canary_reader, 1) == [b"\x00\x00\x00\x03ok"]
-        for w in (writer, canary_writer):
-            w.close()
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream, writer, canary_writer)
 
     asyncio.run(main())
 
@@ -375,10 +368,7 @@ def test_a_client_pipelining_20000_requests_unread_costs_no_one_else() -> None:
         frames = await _responses(reader, 20_000)
         assert [int.from_bytes(f[:4], "big") for f in frames] == list(range(20_000))
         assert proxy.summary().closed_on_error == 0
-        for w in (writer, canary_writer):
-            w.close()
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream, writer, canary_writer)
 
     asyncio.run(main())
 
@@ -437,8 +427,7 @@ def test_partial_frames_share_one_buffer_budget(caplog: pytest.LogCaptureFixture
             writer.close()
         await asyncio.sleep(0.3)
         assert proxy.budget.used_bytes == 0
-        await proxy.close()
-        upstream.close()
+        await _close(proxy, upstream)
 
     with caplog.at_level(logging.WARNING, logger="group_replay.proxy"):
         asyncio.run(main())

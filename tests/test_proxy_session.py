@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import datetime
-import itertools
+from typing import Any
 
-import kio.schema.find_coordinator.v3.response as fc3
 import kio.schema.heartbeat.v4.request as hb4
-import kio.schema.join_group.v5.request as jg5
 import kio.schema.metadata.v12.response as md12
 import pytest
 from hypothesis import given, settings
@@ -19,18 +17,27 @@ from kio.static.primitive import i8, i32, i32Timedelta
 from proxy.addressing import AddressRewriter, StaticDirectory
 from proxy.commands import Close, Closed, Opened, PassThrough, SendClient, SendUpstream
 from proxy.session import ProxySession, Record
-from proxy.wire import FrameDecoder, decode_response, encode_request, encode_response, frame
+from proxy.wire import (
+    ApiKey,
+    FrameDecoder,
+    build_response,
+    decode_response,
+    encode_request,
+    encode_response,
+    frame,
+)
+from tests.support.group_entities import join_request
+from tests.support.session_feed import feed, split_at
 
 
 def _join(cid: int) -> bytes:
-    request = jg5.JoinGroupRequest(
+    request = join_request(
+        5,
         group_id="g1",
-        session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-        member_id="",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=30_000,
         group_instance_id="inst-1",
-        protocol_type="consumer",
-        protocols=(jg5.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+        metadata=b"\x00\x01",
     )
     return encode_request(request, correlation_id=cid, client_id="c1")
 
@@ -62,25 +69,9 @@ def _header_only(commands: list[object]) -> list[tuple[str, int, int | None, int
     return out
 
 
-def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in itertools.pairwise(points)]
-
-
 def _run(session: ProxySession, chunks: list[bytes]) -> tuple[bytes, list[Record], list[Close]]:
-    sent = b""
-    records: list[Record] = []
-    closes: list[Close] = []
-    for i, chunk in enumerate(chunks):
-        for command in session.client_data(chunk, now_ns=i):
-            match command:
-                case SendUpstream(data=data):
-                    sent += data
-                case Record():
-                    records.append(command)
-                case Close():
-                    closes.append(command)
-    return sent, records, closes
+    fed = feed(session.client_data, chunks, SendUpstream)
+    return fed.forwarded, fed.records, fed.closes
 
 
 @settings(max_examples=200, deadline=None)
@@ -96,7 +87,7 @@ def test_requests_are_forwarded_byte_exact_at_any_split(
         [_join(0)] + [_opaque(i + 1, body) if i % 2 else _heartbeat(i + 1) for i, body in enumerate(bodies)]
     )
     session = ProxySession(1, record=record)
-    sent, records, closes = _run(session, _chunks(wire, cuts))
+    sent, records, closes = _run(session, split_at(wire, cuts))
     assert not closes
     assert sent == wire
     assert session.pending_requests == len(bodies) + 1
@@ -139,31 +130,16 @@ def test_metadata_response_is_held_and_rewritten(cuts: list[int]) -> None:
     session.client_data(metadata_request, now_ns=0)
     session.client_data(_opaque(6, b"p"), now_ns=0)
     wire = _metadata_response(5) + encode_response(
-        fc3.FindCoordinatorResponse(
-            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-            error_code=ErrorCode.none,
-            error_message=None,
-            node_id=BrokerId(1),
-            host="broker-1",
-            port=i32(19092),
-        ),
+        build_response(ApiKey.FIND_COORDINATOR, 3, node_id=BrokerId(1), host="broker-1", port=i32(19092)),
         6,
     )
-    to_client = b""
-    records: list[Record] = []
-    for chunk in _chunks(wire, cuts):
-        for command in session.upstream_data(chunk, now_ns=1):
-            if isinstance(command, SendClient):
-                to_client += command.data
-            elif isinstance(command, Record):
-                records.append(command)
-            else:
-                raise AssertionError(command)
-    first, second = FrameDecoder().feed(to_client)
+    fed = feed(session.upstream_data, split_at(wire, cuts), SendClient)
+    assert not fed.closes
+    first, second = FrameDecoder().feed(fed.forwarded)
     _, body = decode_response(first, 3, 12)
     assert [(b.host, b.port) for b in body.brokers] == [("127.0.0.1", 30001)]
     assert second == FrameDecoder().feed(wire)[1]  # the opaque (Produce) response is untouched
-    assert records[0].rewritten and not records[1].rewritten
+    assert fed.records[0].rewritten and not fed.records[1].rewritten
 
 
 def test_bad_inputs_close_with_a_reason() -> None:
@@ -203,15 +179,13 @@ def test_describe_cluster_and_batched_find_coordinator_are_rewritten() -> None:
     from proxy.wire import decode_response
 
     rewriter = AddressRewriter(StaticDirectory("127.0.0.1", 30000))
-    cluster = dc1.DescribeClusterResponse(
-        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
-        error_code=ErrorCode.none,
-        error_message=None,
+    cluster = build_response(
+        ApiKey.DESCRIBE_CLUSTER,
+        1,
         endpoint_type=i8(1),
         cluster_id="c",
         controller_id=BrokerId(2),
         brokers=(dc1.DescribeClusterBroker(broker_id=BrokerId(2), host="b2", port=i32(9093), rack=None),),
-        cluster_authorized_operations=i32(0),
     )
     rewritten = rewriter.rewrite_response(60, 1, encode_response(cluster, 3)[4:])
     assert rewritten is not None
@@ -261,6 +235,26 @@ def _exchange(session: ProxySession, requests: list[bytes], responses: list[byte
     return out
 
 
+def _fast_and_slow(
+    requests: bytes, responses: bytes, cuts: list[int], **options: Any
+) -> tuple[ProxySession, list[object], ProxySession, list[object]]:
+    """The same exchange, cut at `cuts`, through a session with its run scans (the measured fast
+    path) and one without (frame by frame): both relay every byte, close nothing and emit the same
+    Records. Returns each session with what it emitted."""
+    request_chunks = split_at(requests, cuts)
+    response_chunks = split_at(responses, [c * 7 for c in cuts])
+    fast = ProxySession(1, **options)
+    slow = ProxySession(1, **options)
+    slow._requests.scan = slow._responses.scan = None
+    fast_out = _exchange(fast, request_chunks, response_chunks)
+    slow_out = _exchange(slow, request_chunks, response_chunks)
+    assert not any(isinstance(c, Close) for c in fast_out)
+    assert b"".join(c.data for c in fast_out if isinstance(c, SendUpstream)) == requests
+    assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
+    assert [c for c in fast_out if isinstance(c, Record)] == [c for c in slow_out if isinstance(c, Record)]
+    return fast, fast_out, slow, slow_out
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     frames=st.lists(
@@ -277,17 +271,7 @@ def test_fast_path_emits_what_the_frame_by_frame_path_emits(
         _heartbeat(i) if kind == "hb" else _opaque_as(i, kind, body) for i, (kind, body) in enumerate(frames)
     )
     responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
-    request_chunks = _chunks(requests, cuts)
-    response_chunks = _chunks(responses, [c * 7 for c in cuts])
-    fast = ProxySession(1, record=record)
-    slow = ProxySession(1, record=record)
-    slow._requests.scan = slow._responses.scan = None
-    fast_out = _exchange(fast, request_chunks, response_chunks)
-    slow_out = _exchange(slow, request_chunks, response_chunks)
-    assert not any(isinstance(c, Close) for c in fast_out)
-    assert b"".join(c.data for c in fast_out if isinstance(c, SendUpstream)) == requests
-    assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
-    assert [c for c in fast_out if isinstance(c, Record)] == [c for c in slow_out if isinstance(c, Record)]
+    fast, fast_out, slow, _ = _fast_and_slow(requests, responses, cuts, record=record)
     assert len([c for c in fast_out if isinstance(c, Record)]) == (2 * len(frames) if record else 0)
     assert fast.pending_requests == slow.pending_requests == 0
 
@@ -439,19 +423,10 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
 
     requests = b"".join(wire(i, kind, body) for i, (kind, body) in enumerate(frames))
     responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
-    request_chunks = _chunks(requests, cuts)
-    response_chunks = _chunks(responses, [c * 7 for c in cuts])
-    keys = RecordScope.GROUP.api_keys
-    fast = ProxySession(1, record=True, record_api_keys=keys, count_apis=True)
-    slow = ProxySession(1, record=True, record_api_keys=keys, count_apis=True)
-    slow._requests.scan = slow._responses.scan = None
-    fast_out = _exchange(fast, request_chunks, response_chunks)
-    slow_out = _exchange(slow, request_chunks, response_chunks)
-    assert not any(isinstance(c, Close) for c in fast_out)
-    assert b"".join(c.data for c in fast_out if isinstance(c, SendUpstream)) == requests
-    assert b"".join(c.data for c in fast_out if isinstance(c, SendClient)) == responses
+    fast, fast_out, slow, slow_out = _fast_and_slow(
+        requests, responses, cuts, record=True, record_api_keys=RecordScope.GROUP.api_keys, count_apis=True
+    )
     records = [c for c in fast_out if isinstance(c, Record)]
-    assert records == [c for c in slow_out if isinstance(c, Record)]
     expected = [(i, "request") for i, (kind, _) in enumerate(frames) if kind != "produce"]
     assert sorted((r.correlation_id, r.direction) for r in records if r.direction == "request") == expected
     assert sum(r.direction == "response" for r in records) == len(expected)

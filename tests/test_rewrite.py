@@ -2,54 +2,26 @@
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 import pytest
 from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
-from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
-from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i16
 
 from proxy.commands import SendClient, SendUpstream
 from proxy.rewrite import PolicyError, RewritePolicy, load_policy, parse_policy
 from proxy.session import ProxySession, Record
 from proxy.wire import decode_request, decode_response, encode_request, encode_response, peek_request_prefix
-from proxy.wire.convert import convert
-
-
-def _ms(value: int) -> i32Timedelta:
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+from tests.support.group_entities import join_request, join_response, ms
 
 
 def _join(api_version: int = 9, instance_id: str | None = None, reason: str | None = None) -> object:
-    request = JoinGroupRequest(
-        group_id="g",
-        session_timeout=_ms(45000),
-        rebalance_timeout=_ms(300000),
-        member_id="",
-        group_instance_id=instance_id,
-        protocol_type="consumer",
-        protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00"),),
-        reason=reason,
-    )
-    return convert(request, api_version).entity
+    return join_request(api_version, group_instance_id=instance_id, reason=reason, metadata=b"\x00")
 
 
 def _join_response(api_version: int) -> object:
-    response = JoinGroupResponse(
-        throttle_time=_ms(0),
-        error_code=ErrorCode.none,
-        generation_id=i32(1),
-        protocol_type="consumer",
-        protocol_name="range",
-        leader="m-1",
-        skip_assignment=False,
-        member_id="m-1",
-        members=(JoinGroupResponseMember(member_id="m-1", group_instance_id="a", metadata=b"\x00"),),
-    )
-    return convert(response, api_version).entity
+    return join_response(api_version, members=(("m-1", "a", b"\x00"),))
 
 
 def _through(
@@ -121,7 +93,7 @@ def test_api_versions_caps_lower_max_version() -> None:
             ApiVersion(api_key=i16(12), min_version=i16(0), max_version=i16(4)),
             ApiVersion(api_key=i16(14), min_version=i16(0), max_version=i16(5)),
         ),
-        throttle_time=_ms(0),
+        throttle_time=ms(0),
     )
     capped = policy.cap_api_versions(response)
     assert [(int(k.api_key), int(k.max_version)) for k in capped.api_keys] == [(11, 5), (12, 3), (14, 5)]

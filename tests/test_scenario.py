@@ -54,6 +54,30 @@ def test_upgrade_scenario_plan_is_typed() -> None:
 GOOD_HEAD = "name: x\ndescription: y\n"
 
 
+def test_missing_name_and_broken_yaml_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match=r"^s.yaml:1: name: required key is missing"):
+        parse_scenario("description: y\n", "s.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n", encoding="utf-8")
+    with pytest.raises(ScenarioError, match=r"broken\.yaml:.*not valid YAML"):
+        load_scenario_file(broken)
+
+
+def test_scenarios_cli_list_show_and_unknown(capsys: pytest.CaptureFixture[str]) -> None:
+    assert group_replay(["scenarios", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "static-leader-bounce" in listed
+    assert group_replay(["scenarios", "show", "duplicate-instance-id"]) == 0
+    assert "duplicate-instance" in capsys.readouterr().out
+    assert group_replay(["scenarios", "show", "no-such-scenario"]) == 2
+
+
+# ---- issue 18 defect 4: any file gives a Scenario or a file:line:field error, never a traceback
+
+DEEP_FLOW = "[" * 5000 + "]" * 5000
+DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 0.5 MB
+
+
 @pytest.mark.parametrize(
     ("body", "line", "field", "message"),
     [
@@ -87,43 +111,6 @@ GOOD_HEAD = "name: x\ndescription: y\n"
             "members[0].instance_id",
             "dynamic member has no instance id",
         ),
-    ],
-)
-def test_errors_name_file_line_and_field(body: str, line: int, field: str, message: str) -> None:
-    with pytest.raises(ScenarioError) as caught:
-        parse_scenario(GOOD_HEAD + body, "bad.yaml")
-    text = str(caught.value)
-    assert text.startswith(f"bad.yaml:{line}: {field}: "), text
-    assert message in text
-
-
-def test_missing_name_and_broken_yaml_are_errors(tmp_path: Path) -> None:
-    with pytest.raises(ScenarioError, match=r"^s.yaml:1: name: required key is missing"):
-        parse_scenario("description: y\n", "s.yaml")
-    broken = tmp_path / "broken.yaml"
-    broken.write_text("name: [unclosed\n", encoding="utf-8")
-    with pytest.raises(ScenarioError, match=r"broken\.yaml:.*not valid YAML"):
-        load_scenario_file(broken)
-
-
-def test_scenarios_cli_list_show_and_unknown(capsys: pytest.CaptureFixture[str]) -> None:
-    assert group_replay(["scenarios", "list"]) == 0
-    listed = capsys.readouterr().out
-    assert "static-leader-bounce" in listed
-    assert group_replay(["scenarios", "show", "duplicate-instance-id"]) == 0
-    assert "duplicate-instance" in capsys.readouterr().out
-    assert group_replay(["scenarios", "show", "no-such-scenario"]) == 2
-
-
-# ---- issue 18 defect 4: any file gives a Scenario or a file:line:field error, never a traceback
-
-DEEP_FLOW = "[" * 5000 + "]" * 5000
-DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 0.5 MB
-
-
-@pytest.mark.parametrize(
-    ("body", "line", "field", "message"),
-    [
         ("members:\n  - match: {client_id: 'svc-*'\n", 5, "", "not valid YAML"),  # truncated flow mapping
         ("expect:\n  rebalances: [1, 2\n", 5, "", "not valid YAML"),
         (f"members: {DEEP_FLOW}\n", 3, "", "nested deeper than 32 levels"),
@@ -184,7 +171,7 @@ DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 
     ],
     ids=lambda v: v if isinstance(v, int) else None,
 )
-def test_damaged_files_name_file_line_and_field(body: str, line: int, field: str, message: str) -> None:
+def test_errors_name_file_line_and_field(body: str, line: int, field: str, message: str) -> None:
     with pytest.raises(ScenarioError) as caught:
         parse_scenario(GOOD_HEAD + body, "bad.yaml")
     text = str(caught.value)

@@ -23,6 +23,7 @@ from tests.support.spark import shared_test_session  # noqa: E402
 from validator import compare as C  # noqa: E402
 from validator import transforms as T  # noqa: E402
 from validator.schemas import (  # noqa: E402
+    DIFF_COLUMNS,
     FACTS_SCHEMA,
     JSON_READ_SCHEMA,
     OBSERVED_REBALANCES_SCHEMA,
@@ -238,17 +239,7 @@ def test_diff_labels_changed_missing_unexpected_and_noise(spark: SparkSession) -
         "session_id string, scenario string, run string, group_id string, not_run_detail string, "
         "left_without_instance_id array<string>, join_api_versions array<int>, skip_assignment_seen boolean",
     )
-    got = C.diff_runs(facts, summary, "reference").select(
-        "observed_run",
-        "aspect",
-        "subject",
-        "ordinal",
-        "expected_value",
-        "observed_value",
-        "change",
-        "severity",
-        "is_noise",
-    )
+    got = C.diff_runs(facts, summary, "reference").select("observed_run", *DIFF_COLUMNS, "is_noise")
     assertDataFrameEqual(
         got,
         [

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import datetime
-
-import kio.schema.join_group.v9.request as join_v9
 import pytest
-from kio.static.primitive import i32Timedelta
 
 from proxy.wire import FrameDecoder, FrameError, decode_request, encode_request, frame, peek_request_header
+from tests.support.group_entities import join_request
 
 
-def _join_v9() -> join_v9.JoinGroupRequest:
-    return join_v9.JoinGroupRequest(
-        group_id="g",
-        session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-        member_id="",
+def _join_v9() -> object:
+    return join_request(
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=30_000,
         group_instance_id="inst-1",
-        protocol_type="consumer",
-        protocols=(join_v9.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+        metadata=b"\x00\x01",
         reason="test",
     )
 

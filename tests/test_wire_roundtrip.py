@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from proxy.commands import SendUpstream
-from proxy.session import ProxySession, Record
+from proxy.session import ProxySession
 from proxy.wire import (
     GROUP_API_KEYS,
     ApiKey,
@@ -25,17 +23,13 @@ from proxy.wire import (
     response_schema,
     supports,
 )
+from tests.support.session_feed import feed, split_at
 
 DECODED = sorted(GROUP_API_KEYS | {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER})
 CASES = [(key, version) for key in DECODED for version in range(0, 20) if supports(key, version)]
 SETTINGS = settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
-
-
-def _split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
-    return [data[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
 def test_every_decoded_api_has_versions() -> None:
@@ -51,7 +45,7 @@ def test_request_round_trip(api_key: int, api_version: int, data: st.DataObject,
     client_id = data.draw(st.none() | st.text(max_size=20), label="client_id")
     wire = encode_request(entity, correlation_id=123, client_id=client_id)
     decoder = FrameDecoder()
-    frames = [f for chunk in _split(wire, cuts) for f in decoder.feed(chunk)]
+    frames = [f for chunk in split_at(wire, cuts) for f in decoder.feed(chunk)]
     assert len(frames) == 1 and decoder.buffered == 0
     try:
         header, decoded = decode_request(frames[0])
@@ -66,17 +60,9 @@ def test_request_round_trip(api_key: int, api_version: int, data: st.DataObject,
     if api_key in GROUP_API_KEYS:
         # The proxy session decodes group requests; forwarding stays byte-exact at any split.
         session = ProxySession(1, record=True)
-        sent = b""
-        records = []
-        for chunk in _split(wire, cuts):
-            for command in session.client_data(chunk, 0):
-                if isinstance(command, SendUpstream):
-                    sent += command.data
-                elif isinstance(command, Record):
-                    records.append(command)
-                else:
-                    raise AssertionError(command)
-        assert sent == wire and [r.client_payload for r in records] == frames
+        fed = feed(session.client_data, split_at(wire, cuts), SendUpstream)
+        assert not fed.closes
+        assert fed.forwarded == wire and [r.client_payload for r in fed.records] == frames
 
 
 @pytest.mark.parametrize(("api_key", "api_version"), CASES, ids=[f"{api_name(k)}-v{v}" for k, v in CASES])
@@ -86,7 +72,7 @@ def test_response_round_trip(api_key: int, api_version: int, data: st.DataObject
     entity = data.draw(st.from_type(response_schema(api_key, api_version)), label="response")
     wire = encode_response(entity, correlation_id=-5)
     decoder = FrameDecoder()
-    frames = [f for chunk in _split(wire, cuts) for f in decoder.feed(chunk)]
+    frames = [f for chunk in split_at(wire, cuts) for f in decoder.feed(chunk)]
     assert len(frames) == 1
     correlation_id, decoded = decode_response(frames[0], api_key, api_version)
     assert correlation_id == -5 and decoded == entity

@@ -15,10 +15,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from replay.ci_report import CaseStatus, TestCase, summary_document, write_junit, write_summary
+from validator.schemas import COMPARISON_KEY, DIFF_COLUMNS
 from validator.transforms import NOT_RUN
 
 MAX_DIFFS_PER_CASE = 50
-COMPARISON_KEY = ("session_id", "scenario", "group_id", "expected_run", "observed_run")
 
 
 def collect_comparisons(verdicts: DataFrame, diffs: DataFrame) -> list[dict[str, Any]]:
@@ -31,23 +31,7 @@ def collect_comparisons(verdicts: DataFrame, diffs: DataFrame) -> list[dict[str,
         .withColumn("n", F.row_number().over(order))
         .where(F.col("n") <= MAX_DIFFS_PER_CASE)
         .groupBy(*key)
-        .agg(
-            F.array_sort(
-                F.collect_list(
-                    F.struct(
-                        "n",
-                        "aspect",
-                        "subject",
-                        "ordinal",
-                        "expected_value",
-                        "observed_value",
-                        "change",
-                        "severity",
-                        "cause",
-                    )
-                )
-            ).alias("differences")
-        )
+        .agg(F.array_sort(F.collect_list(F.struct("n", *DIFF_COLUMNS, "cause"))).alias("differences"))
     )
     rows = (
         verdicts.join(worst, key, "left")

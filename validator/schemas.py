@@ -59,15 +59,20 @@ JSON_READ_SCHEMA = StructType([*READ_SCHEMA.fields, StructField(CORRUPT_RECORD_C
 
 RUN_KEY: tuple[str, ...] = ("session_id", "scenario", "run", "group_id")
 GROUP_KEY: tuple[str, ...] = ("session_id", "scenario", "group_id")
+COMPARISON_KEY: tuple[str, ...] = ("session_id", "scenario", "group_id", "expected_run", "observed_run")
+"""What a row of a comparison table is about: one group's observed run against its expected run."""
+
+
+def _keyed(key: tuple[str, ...], fields: list[StructField]) -> StructType:
+    """An output table whose first columns are `key` (strings, in that order), then `fields`."""
+    return StructType([*(StructField(name, StringType(), True) for name in key), *fields])
+
 
 # ---- output tables -------------------------------------------------------------------------------
 
-OBSERVED_REBALANCES_SCHEMA = StructType(
+OBSERVED_REBALANCES_SCHEMA = _keyed(
+    RUN_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("run", StringType(), True),
-        StructField("group_id", StringType(), True),
         StructField("ordinal", IntegerType(), True),
         StructField("generation_id", IntegerType(), True),
         StructField("ts_ms", LongType(), True),
@@ -76,19 +81,16 @@ OBSERVED_REBALANCES_SCHEMA = StructType(
         StructField("protocol_name", StringType(), True),
         StructField("partitions_moved", IntegerType(), True),
         StructField("pause_ms", LongType(), True),
-    ]
+    ],
 )
 """One row per completed generation; `ordinal` counts completed generations 1, 2, ... per run.
 `partitions_moved`: partitions that changed owner at this generation; `pause_ms`: from the
 rebalance's start to this completion, when (eager protocol) no member holds partitions
 (validator.churn)."""
 
-RUN_SUMMARY_SCHEMA = StructType(
+RUN_SUMMARY_SCHEMA = _keyed(
+    RUN_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("run", StringType(), True),
-        StructField("group_id", StringType(), True),
         StructField("rebalance_count", IntegerType(), True),
         StructField("rebalances_started", LongType(), True),
         StructField("members", LongType(), True),
@@ -116,43 +118,43 @@ RUN_SUMMARY_SCHEMA = StructType(
             ),
             True,
         ),
-    ]
+    ],
 )
 """One row per run; `not_run_detail` is set (and nothing else happened) when the run could not be
 carried out. The last three columns are context for explaining differences (validator.explain)."""
 
-FACTS_SCHEMA = StructType(
+FACTS_SCHEMA = _keyed(
+    RUN_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("run", StringType(), True),
-        StructField("group_id", StringType(), True),
         StructField("aspect", StringType(), True),
         StructField("subject", StringType(), True),
         StructField("ordinal", IntegerType(), True),
         StructField("value", StringType(), True),
-    ]
+    ],
 )
 """What must not drift, one comparable fact per row. `ordinal` 0 means "the whole run"."""
 
-PAIRS_SCHEMA = StructType(
+PAIRS_SCHEMA = _keyed(
+    COMPARISON_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("group_id", StringType(), True),
-        StructField("expected_run", StringType(), True),
-        StructField("observed_run", StringType(), True),
         StructField("role", StringType(), True),
-    ]
+    ],
 )
 
-REBALANCE_DIFF_SCHEMA = StructType(
+# What one difference says, in REBALANCE_DIFF_SCHEMA's order (the CI outputs list these per case).
+DIFF_COLUMNS = (
+    "aspect",
+    "subject",
+    "ordinal",
+    "expected_value",
+    "observed_value",
+    "change",
+    "severity",
+)
+
+REBALANCE_DIFF_SCHEMA = _keyed(
+    COMPARISON_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("group_id", StringType(), True),
-        StructField("expected_run", StringType(), True),
-        StructField("observed_run", StringType(), True),
         StructField("aspect", StringType(), True),
         StructField("subject", StringType(), True),
         StructField("ordinal", IntegerType(), True),
@@ -163,16 +165,12 @@ REBALANCE_DIFF_SCHEMA = StructType(
         StructField("is_noise", BooleanType(), True),
         StructField("cause", StringType(), True),
         StructField("next_step", StringType(), True),
-    ]
+    ],
 )
 
-SESSION_VERDICT_SCHEMA = StructType(
+SESSION_VERDICT_SCHEMA = _keyed(
+    COMPARISON_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("group_id", StringType(), True),
-        StructField("expected_run", StringType(), True),
-        StructField("observed_run", StringType(), True),
         StructField("status", StringType(), True),
         StructField("diffs", LongType(), True),
         StructField("noise_diffs", LongType(), True),
@@ -190,7 +188,7 @@ SESSION_VERDICT_SCHEMA = StructType(
         StructField("explanation", StringType(), True),
         StructField("expected_partitions_moved", IntegerType(), True),
         StructField("observed_partitions_moved", IntegerType(), True),
-    ]
+    ],
 )
 
 COMPATIBILITY_MATRIX_SCHEMA = StructType(
@@ -221,12 +219,9 @@ COMPATIBILITY_MATRIX_SCHEMA = StructType(
 
 # ---- the protocol migration view (validator.migration) -------------------------------------------
 
-MIGRATION_STEPS_SCHEMA = StructType(
+MIGRATION_STEPS_SCHEMA = _keyed(
+    RUN_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("run", StringType(), True),
-        StructField("group_id", StringType(), True),
         StructField("step", IntegerType(), True),
         StructField("start_ms", LongType(), True),
         StructField("end_ms", LongType(), True),
@@ -260,7 +255,7 @@ MIGRATION_STEPS_SCHEMA = StructType(
             ),
             True,
         ),
-    ]
+    ],
 )
 """One row per run and migration step. Step 0 is the group before any member switched protocol;
 step k begins where the k-th switch began (the member's LeaveGroup before it, else its first
@@ -270,30 +265,24 @@ it; `group_type`: the group's type at the step's end; `conversions`: `group_conv
 classic JoinGroups per classic member (those that switched at the step left out; members with
 none not listed); `unassigned`: per member, time in the group holding no partition."""
 
-MIGRATION_TIMELINE_SCHEMA = StructType(
+MIGRATION_TIMELINE_SCHEMA = _keyed(
+    RUN_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("run", StringType(), True),
-        StructField("group_id", StringType(), True),
         StructField("lane", StringType(), True),
         StructField("state", StringType(), True),
         StructField("protocol", StringType(), True),
         StructField("start_ms", LongType(), True),
         StructField("end_ms", LongType(), True),
-    ]
+    ],
 )
 """The migration timeline plot's segments: per member (`lane` = member_key) the stretches it was in
 the group `holding` partitions or `empty` (holding none), with the protocol it spoke; per run one
 `lane` "" of `group_type` stretches whose `protocol` is the group's type."""
 
-GROUP_PROTOCOL_SCHEMA = StructType(
+GROUP_PROTOCOL_SCHEMA = _keyed(
+    RUN_KEY,
     [
-        StructField("session_id", StringType(), True),
-        StructField("scenario", StringType(), True),
-        StructField("run", StringType(), True),
-        StructField("group_id", StringType(), True),
         StructField("protocol", StringType(), True),
-    ]
+    ],
 )
 """Per run: the protocols its members spoke first and last (`classic -> consumer`)."""

@@ -10,7 +10,6 @@ traceback, never a hang. Used by tests/test_yaml_fuzz.py (quick) and bench/yaml_
 from __future__ import annotations
 
 import contextlib
-import datetime
 import io
 import random
 import signal
@@ -135,24 +134,12 @@ def exercise_policy(policy: Any) -> int:
     answer): membership templates render, caps apply. Returns 0 (a command's exit code)."""
     from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
     from kio.schema.errors import ErrorCode
-    from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
-    from kio.static.primitive import i16, i32Timedelta
+    from kio.static.primitive import i16
 
     from proxy.wire.convert import convert
+    from tests.support.group_entities import join_request, ms
 
-    def ms(value: int) -> i32Timedelta:
-        return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
-
-    join = JoinGroupRequest(
-        group_id="g",
-        session_timeout=ms(45000),
-        rebalance_timeout=ms(300000),
-        member_id="",
-        group_instance_id="keep-1",
-        protocol_type="consumer",
-        protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00"),),
-        reason=None,
-    )
+    join = join_request(group_instance_id="keep-1", metadata=b"\x00")
     for client_id, api_version in (("svc-1", 4), ("other", 9), ("keep-1", 9)):
         policy.rewrite_request(11, convert(join, api_version).entity, client_id)
     response = ApiVersionsResponse(
