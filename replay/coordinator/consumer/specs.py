@@ -141,26 +141,25 @@ def _one_topic_parts(currents: list[Assignment], topic_id: UUID) -> tuple[list[f
     the topic; None when someone holds more than one topic or another topic (or an assignment
     is not a dict)."""
     member_count = len(currents)
-    sizes = list(map(len, currents))  # topics held
-    ones = sizes.count(1)
-    if ones + sizes.count(0) != member_count:
+    held_topics = list(chain.from_iterable(currents))  # every member's topics, one list
+    ones = len(held_topics)
+    # All equal to the topic (equal ids are fine: the walk treats them alike), so no
+    # assignment holds more than it: a dict holds a key once.
+    if ones > member_count or held_topics.count(topic_id) != ones:
         return None
     filled = currents
     if ones != member_count:  # nothing held: as if holding no partition of the topic
         filled = list(currents)
         nothing: dict[UUID, frozenset[int]] = {topic_id: frozenset()}
-        for index in _positions(sizes, (0,), member_count):
+        for index in _positions(currents, ({},), member_count):
             filled[index] = nothing
-    held_topics = list(chain.from_iterable(filled))
-    if held_topics.count(topic_id) != member_count:  # equal ids are fine: the walk treats them alike
-        return None
     try:
         return list(chain.from_iterable(map(dict.values, filled))), ones  # type: ignore[arg-type]
     except TypeError:  # an assignment that is not a dict
         return None
 
 
-def _positions(values: list[int], wanted: Iterable[int], stop: int) -> Iterator[int]:
+def _positions(values: Sequence[object], wanted: Iterable[object], stop: int) -> Iterator[int]:
     """Where `values[:stop]` holds one of `wanted` (few of them: one C scan each)."""
     for value in wanted:
         index = -1
