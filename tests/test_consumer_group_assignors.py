@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from replay.coordinator.consumer.assignors import (
     MemberSpec,
     PartitionAssignorError,
+    SpecColumns,
     _topic_order,
     _uniform_homogeneous,
     java_hash_order,
@@ -23,6 +24,7 @@ from replay.coordinator.consumer.assignors import (
     java_uuid_hash,
     uniform,
 )
+from replay.coordinator.consumer.specs import inert_members
 from tests.support.reference_uniform import reference_uniform_homogeneous
 
 TOPICS = [uuid.UUID(int=(i + 1) * 0x1F3D5B79) for i in range(6)]
@@ -133,3 +135,86 @@ def test_a_fresh_group_takes_the_fresh_path_to_the_same_assignment(
     for member in members:
         if not fast[member.member_id]:
             assert fast[member.member_id] is member.assignment
+
+
+def _one_topic_currents(data: st.DataObject, topic: uuid.UUID, count: int, member_count: int) -> list[Any]:
+    """Settled-looking holdings of one topic (disjoint runs of about count / members), then
+    some disturbed: over and under quota, nothing, an empty set, an equal topic id object."""
+    share = max(1, count // member_count)
+    currents: list[Any] = []
+    for index in range(member_count):
+        parts = frozenset(p for p in range(index * share, (index + 1) * share) if p < count)
+        currents.append({topic: parts} if parts else {})
+    for _ in range(data.draw(st.integers(0, 6))):
+        index = data.draw(st.integers(0, member_count - 1))
+        match data.draw(st.sampled_from(["more", "less", "nothing", "empty set", "equal id", "overlap"])):
+            case "more":
+                currents[index] = {
+                    topic: frozenset(data.draw(st.lists(st.integers(0, count + 2), max_size=6)))
+                }
+            case "less":
+                currents[index] = {topic: frozenset(list(currents[index].get(topic, ()))[:1])}
+            case "nothing":
+                currents[index] = {}
+            case "empty set":
+                currents[index] = {topic: frozenset()}
+            case "equal id":
+                currents[index] = {uuid.UUID(int=topic.int): currents[index].get(topic, frozenset({0}))}
+            case "overlap":
+                currents[index] = dict(currents[data.draw(st.integers(0, member_count - 1))])
+    return currents
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(16, 90), st.integers(0, 200), st.data())
+def test_the_one_topic_walk_skips_only_members_it_would_leave_alone(
+    member_count: int, count: int, data: st.DataObject
+) -> None:
+    """`inert_members` (walk only the members whose target may change) against the walk over
+    every member, on settled one-topic groups a member joined or left, some disturbed: the same
+    targets, in the same member order, the very objects kept for the same members; given as
+    specs or as columns (`SpecColumns`)."""
+    topic = TOPICS[0]
+    subscribed = frozenset({topic})
+    currents = _one_topic_currents(data, topic, count, member_count)
+    ids = [f"m{i:03d}" for i in range(member_count)]
+    specs = [MemberSpec(m, None, subscribed, c) for m, c in zip(ids, currents, strict=True)]
+    columns = SpecColumns(ids, specs, subscribed, currents)
+    assert list(columns) == specs and columns[3] == specs[3] and columns[1:4] == specs[1:4]
+    full = _outcome(lambda: _uniform_homogeneous(specs, subscribed, (topic,), [count], False))
+    for members in (specs, columns):
+        fast = _outcome(lambda m=members: _uniform_homogeneous(m, subscribed, (topic,), [count], True))  # type: ignore[misc]
+        assert fast == full
+        if isinstance(full, dict):
+            assert list(fast) == list(full)  # type: ignore[arg-type]
+            kept = [m for m, c in zip(ids, currents, strict=True) if full[m] is c]
+            assert [m for m, c in zip(ids, currents, strict=True) if fast[m] is c] == kept  # type: ignore[index]
+    if isinstance(full, dict):
+        assert full == reference_uniform_homogeneous(specs, {topic: count})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(40, 80), st.integers(1, 4), st.data())
+def test_rolling_restarts_of_one_topic_take_the_short_walk_to_the_same_targets(
+    member_count: int, per_member: int, data: st.DataObject
+) -> None:
+    """The shape the walk is for: one member leaves, one joins, each target from the last."""
+    topic = TOPICS[0]
+    counts = {topic: member_count * per_member}
+    subscribed = frozenset(counts)
+    ids = [f"member-{i}" for i in range(member_count)]
+    target: dict[str, Any] = {}
+    walked = 0
+    for step in range(6):
+        members = [MemberSpec(m, None, subscribed, target.get(m, {})) for m in java_hash_order(ids)]
+        fast = uniform(members, counts, True)
+        quota, extra = divmod(counts[topic], len(members))
+        walked += inert_members(members, (topic,), quota, extra) is not None
+        full = _uniform_homogeneous(members, subscribed, (topic,), [counts[topic]], False)
+        assert fast == full and list(fast) == list(full)
+        target = dict(fast)
+        if step % 2:
+            ids.append(f"joined-{step}")
+        else:
+            ids.pop(data.draw(st.integers(0, len(ids) - 1)))
+    assert walked >= 3  # the settled targets took the short walk

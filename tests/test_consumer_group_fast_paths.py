@@ -170,6 +170,33 @@ def test_member_hash_order_is_java_hash_order(member_ids: list[str], known: int)
     assert target.member_hash_order(group, member_ids) == java_hash_order(member_ids)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 30),
+    st.lists(
+        st.tuples(st.sampled_from(["leave", "join", "rejoin", "leave_join"]), st.integers(0, 99)), max_size=25
+    ),
+)
+def test_member_hash_order_kept_between_targets_is_java_hash_order(
+    start: int, changes: list[tuple[str, int]]
+) -> None:
+    """The order moved by the members that left and joined since the last target (and rebuilt
+    when a member came back, or the table grew) against java_hash_order of the join order."""
+    group = ConsumerGroup("g")
+    member_ids = [f"m-{i}" for i in range(start)]
+    joined = start
+    assert target.member_hash_order(group, member_ids) == java_hash_order(member_ids)
+    for change, pick in changes:
+        if change in ("leave", "leave_join", "rejoin") and member_ids:
+            gone = member_ids.pop(pick % len(member_ids))
+            if change == "rejoin":
+                member_ids.append(gone)  # back at the end of the member dict
+        if change in ("join", "leave_join"):
+            member_ids.append(f"m-{joined}")
+            joined += 1
+        assert target.member_hash_order(group, member_ids) == java_hash_order(member_ids)
+
+
 _PARTS = st.frozensets(st.integers(0, 5), max_size=4)
 
 

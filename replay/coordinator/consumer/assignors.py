@@ -28,17 +28,18 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from operator import itemgetter
-from typing import NamedTuple
 from uuid import UUID
 
 from replay.coordinator.consumer.maporder import in_record_order as _in_record_order
 from replay.coordinator.consumer.maporder import java_hash_order, java_uuid_hash
+from replay.coordinator.consumer.specs import (
+    GroupAssignment,
+    MemberSpec,
+    SpecColumns,
+    assignments_of,
+    inert_members,
+)
 from replay.coordinator.hashorder import java_string_hash
-
-# member id -> topic id -> partitions
-Assignment = Mapping[UUID, frozenset[int]]
-GroupAssignment = dict[str, dict[UUID, frozenset[int]]]
 
 UNIFORM = "uniform"
 RANGE = "range"
@@ -47,17 +48,6 @@ ASSIGNORS = (UNIFORM, RANGE)  # group.consumer.assignors default order: the firs
 
 class PartitionAssignorError(ValueError):
     """Kafka's PartitionAssignorException (the heartbeat then fails with UNKNOWN_SERVER_ERROR)."""
-
-
-class MemberSpec(NamedTuple):
-    """What an assignor sees of a member (modern/MemberSubscriptionAndAssignmentImpl). A typed
-    NamedTuple rather than a frozen dataclass: a target assignment builds one per member, and
-    tuple construction costs a third of a frozen dataclass's."""
-
-    member_id: str
-    instance_id: str | None
-    subscribed_topic_ids: frozenset[UUID]
-    assignment: Assignment  # the member's current TARGET assignment
 
 
 def _partitions(topic_partitions: Mapping[UUID, int], topic_id: UUID) -> int:
@@ -114,7 +104,7 @@ def uniform(
     counts = [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
     if -1 in counts:
         _partitions(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
-    if not any(map(_ASSIGNMENT, members)):  # nobody holds anything: a fresh group
+    if not any(assignments_of(members)):  # nobody holds anything: a fresh group
         if not gc.isenabled():
             return _uniform_fresh(members, topic_ids, counts)
         # No reference cycle in a fresh target: the cyclic GC, deferred, has nothing to miss (its
@@ -125,9 +115,6 @@ def uniform(
         finally:
             gc.enable()
     return _uniform_homogeneous(members, subscribed, topic_ids, counts)
-
-
-_ASSIGNMENT = itemgetter(3)  # MemberSpec.assignment, read in C
 
 
 def _uniform_fresh(
@@ -180,6 +167,7 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
     subscribed: frozenset[UUID],
     topic_ids: tuple[UUID, ...],
     counts: list[int],
+    skip_inert: bool = True,
 ) -> GroupAssignment:
     """UniformHomogeneousAssignmentBuilder.build on counts and slices instead of partitions.
 
@@ -188,7 +176,8 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
     `range(count)`, so handing out a member's quota is one slice. As in Kafka (the immutable
     map it does not copy), a member that keeps everything keeps its very assignment object.
     Same result as the partition-by-partition port (tests/support/reference_uniform.py, compared
-    over random groups in tests/test_consumer_group_assignors.py)."""
+    over random groups in tests/test_consumer_group_assignors.py). `skip_inert`: members the
+    first loop would leave as they are (specs.inert_members) are not walked one by one."""
     member_count = len(members)
     minimum_quota, extra = divmod(sum(counts), member_count)
     # Subscribed topics by identity: the topic ids in assignments are mostly the very objects of
@@ -199,7 +188,12 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
     unfilled: list[tuple[str, int]] = []
     copied: dict[str, tuple[UUID, ...]] = {}  # an unfilled member's old target, in Kafka's order
     target: GroupAssignment = {}
-    for index, member in enumerate(members):
+    walked: Iterable[tuple[int, MemberSpec]] = enumerate(members)
+    skipped = inert_members(members, topic_ids, minimum_quota, extra) if skip_inert else None
+    if skipped is not None:
+        indices, target, held = skipped
+        walked = [(index, members[index]) for index in indices]
+    for index, member in walked:
         quota = minimum_quota
         has_extra = extra > 0
         if has_extra:
@@ -572,6 +566,7 @@ __all__ = [
     "GroupAssignment",
     "MemberSpec",
     "PartitionAssignorError",
+    "SpecColumns",
     "assign",
     "java_hash_order",
     "java_string_hash",

@@ -264,6 +264,21 @@ def _next_assignment(
     )
 
 
+@dataclass(slots=True)
+class HashOrderCache:
+    """The member-spec HashMap order of the group's last target (target.member_hash_order),
+    kept so that the next one moves only the members that left or joined: `keys` sorted, each
+    `(bucket << 32) | seq` where seq grows with the join order, `ordered` the member ids in
+    that order, `member_ids` the join order it was made for."""
+
+    mask: int
+    member_ids: list[str]
+    keys: list[int]
+    ordered: list[str]
+    key_of: dict[str, int]
+    next_seq: int
+
+
 def _bump(counts: dict[str, int], key: str, delta: int) -> None:
     value = counts.get(key, 0) + delta
     if value > 0:
@@ -301,8 +316,10 @@ class ConsumerGroup:
     # The session timer's entry also holds the member's rebalance timer key (steady.py cancels it).
     plain_answers: dict[str, HeartbeatResponse] = field(default_factory=dict)
     session_timers: dict[str, tuple[str, Callable[[int], None], str]] = field(default_factory=dict)
-    # Member id -> its improved Java string hash (target.py's member_hash_order).
+    # Member id -> its improved Java string hash (target.py's member_hash_order), and that
+    # order as the last target left it.
     hash_spreads: dict[str, int] = field(default_factory=dict)
+    hash_order: HashOrderCache | None = None
     # The kio answer built for a plain answer (service.py): member id -> (answer, api_version, kio).
     wire_answers: dict[str, tuple[HeartbeatResponse, int, object]] = field(default_factory=dict)
     # steady.py: subscription -> ((metadata hash, topic id overrides version), topic ids)
@@ -444,6 +461,7 @@ __all__ = [
     "ConsumerGroupMember",
     "ConsumerGroupState",
     "FencedMemberEpoch",
+    "HashOrderCache",
     "MemberState",
     "MigrationPolicy",
     "reconcile",

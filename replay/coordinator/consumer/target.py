@@ -16,13 +16,13 @@ assignor_counts) instead of a walk over its members.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import attrgetter
+from bisect import bisect_left
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 from replay.coordinator.consumer import assignors
-from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, Partitions
+from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, HashOrderCache, Partitions
 from replay.coordinator.consumer.types import ConsumerGroupEvent
 from replay.coordinator.hashorder import MemberMapKind, capacity_for, improved_hash
 
@@ -90,20 +90,66 @@ def topic_ids_order(
 def member_hash_order(group: ConsumerGroup, member_ids: list[str]) -> list[str]:
     """`assignors.java_hash_order(member_ids)` (the order of Kafka's member-spec HashMap) with
     each member id's improved hash kept by the group: a target of a 1,000-member group no longer
-    hashes (through an lru_cache call each) every member id again.
+    hashes (through an lru_cache call each) every member id again. When the members are the
+    last target's, less those that left, plus new ones at the end (a join appends to the
+    member dict), with the same table size, that order is moved by the difference
+    (`_moved_order`) instead of sorted again.
     tests/test_consumer_group_fast_paths.py checks it against java_hash_order."""
     if len(member_ids) < 2:
         return list(member_ids)
     spreads = group.hash_spreads
+    mask = capacity_for(MemberMapKind.JAVA_HASH_MAP, len(member_ids)) - 1
+    cache = group.hash_order
+    if cache is not None and cache.mask == mask and _moved_order(cache, member_ids, spreads):
+        return list(cache.ordered)
     hashes: list[int | None] = list(map(spreads.get, member_ids))
     if None in hashes:
         for index, found in enumerate(hashes):
             if found is None:
                 hashes[index] = spreads[member_ids[index]] = improved_hash(member_ids[index])
-    mask = capacity_for(MemberMapKind.JAVA_HASH_MAP, len(member_ids)) - 1
     decorated = [((h & mask) << 32) | i for i, h in enumerate(hashes)]  # type: ignore[operator]
+    key_of = dict(zip(member_ids, decorated, strict=True))
     decorated.sort()
-    return [member_ids[d & 0xFFFFFFFF] for d in decorated]
+    ordered = [member_ids[d & 0xFFFFFFFF] for d in decorated]
+    group.hash_order = HashOrderCache(mask, list(member_ids), decorated, ordered, key_of, len(member_ids))
+    return list(ordered)
+
+
+_MAX_SEQ = 0xFFFFFFFF  # the join sequence lives in the low 32 bits of a key
+
+
+def _moved_order(cache: HashOrderCache, member_ids: list[str], spreads: dict[str, int]) -> bool:
+    """Move `cache` to `member_ids` when they are its members less some, plus new ones at the
+    end: each leaver's key taken out of the sorted keys, each newcomer's put in with the next
+    join sequence (bisect: equal buckets stay in join order). False, with nothing changed,
+    otherwise (a member that left and came back between two targets moved to the end)."""
+    key_of = cache.key_of
+    removed = key_of.keys() - set(member_ids)
+    kept = cache.member_ids
+    if removed:
+        kept = list(kept)
+        for member_id in removed:  # few: one C scan each
+            kept.remove(member_id)
+    if len(kept) > len(member_ids) or member_ids[: len(kept)] != kept:
+        return False
+    added = member_ids[len(kept) :]
+    if not key_of.keys().isdisjoint(added) or cache.next_seq + len(added) > _MAX_SEQ:
+        return False
+    keys, ordered = cache.keys, cache.ordered
+    for member_id in removed:
+        index = bisect_left(keys, key_of.pop(member_id))
+        del keys[index], ordered[index]
+    for member_id in added:
+        spread = spreads.get(member_id)
+        if spread is None:
+            spread = spreads[member_id] = improved_hash(member_id)
+        key = key_of[member_id] = ((spread & cache.mask) << 32) | cache.next_seq
+        cache.next_seq += 1
+        index = bisect_left(keys, key)
+        keys.insert(index, key)
+        ordered.insert(index, member_id)
+    cache.member_ids = list(member_ids)
+    return True
 
 
 def _specs(
@@ -138,13 +184,13 @@ def _homogeneous_specs(
     group: ConsumerGroup,
     ordered: list[str],
     updated: ConsumerGroupMember,
-) -> list[assignors.MemberSpec]:
+) -> Sequence[assignors.MemberSpec]:
     """`_specs` when every member subscribes to the same names or the same one regex
-    (`is_homogeneous`): one set of topic ids for all, so the specs are zipped together by C
-    iteration (`map`, `zip`) instead of a Python loop per member (a 1,000-member group
+    (`is_homogeneous`): one set of topic ids for all, so the specs are columns
+    (`assignors.SpecColumns`: the ids, the member records, the current targets gathered by
+    C iteration) instead of one tuple per member built in a Python loop (a 1,000-member group
     computes a new target for each epoch bump, up to once per assignment interval).
     tests/test_consumer_group_fast_paths.py checks it against `_specs`."""
-    count = len(ordered)
     members: list[ConsumerGroupMember | None] = list(map(group.members.get, ordered))
     members[ordered.index(updated.member_id)] = updated
     assignments: list[Partitions | None] = list(map(group.target.get, ordered))
@@ -153,11 +199,7 @@ def _homogeneous_specs(
             if assignment is None:
                 assignments[index] = group.target_of(members[index])  # type: ignore[arg-type]
     topic_ids = coordinator.member_topic_ids(group, updated)
-    columns = zip(ordered, map(_INSTANCE_ID, members), repeat(topic_ids, count), assignments, strict=True)
-    return list(map(tuple.__new__, repeat(assignors.MemberSpec, count), columns))
-
-
-_INSTANCE_ID = attrgetter("instance_id")
+    return assignors.SpecColumns(ordered, members, topic_ids, assignments)  # type: ignore[arg-type]
 
 
 def is_homogeneous(
