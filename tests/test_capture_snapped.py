@@ -1,8 +1,10 @@
-"""Header-only frames in format 5 (`proxy.capture.snapped`): no comment, built a run at a time.
+"""Header-only frames in formats 5 and 6 (`proxy.capture.snapped`): no comment, built a run at a
+time; format 6 writes them on the client leg only.
 
-The reader must read them as it reads format 4's commented ones (a fixture written by the code
-before format 5: same session input, same frames), their packets must keep TCP's sequence
-numbers and valid IPv4 checksums, and the two ways of patching a run (16-bit lanes for runs of
+The reader must read them as it reads format 4's commented ones and format 5's (fixtures written
+by the code of those formats: same session input, same frames on both legs), their packets must
+keep TCP's sequence numbers (the upstream leg's stream skipping exactly the header-only frames'
+bytes) and valid IPv4 checksums, and the two ways of patching a run (16-bit lanes for runs of
 equal sizes, frame by frame otherwise) must write the same bytes.
 """
 
@@ -26,7 +28,9 @@ from proxy.session import ProxySession
 from proxy.wire import frame
 from tests.test_proxy_session import _heartbeat, _join, _opaque
 
-FORMAT_4 = Path(__file__).resolve().parents[1] / "fixtures" / "formats" / "format-4-header-only.pcapng"
+FORMATS = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+FORMAT_4 = FORMATS / "format-4-header-only.pcapng"
+FORMAT_5 = FORMATS / "format-5-header-only.pcapng"  # the same input, written by format 5's writer
 
 
 def _scoped_capture(path: Path) -> None:
@@ -73,16 +77,19 @@ def _fields(path: Path) -> list[tuple[object, ...]]:
     ]
 
 
-def test_format_5_reads_as_format_4_did(tmp_path: Path) -> None:
+@pytest.mark.parametrize("old_format", [FORMAT_4, FORMAT_5], ids=["format-4", "format-5"])
+def test_format_6_reads_as_the_older_formats_did(tmp_path: Path, old_format: Path) -> None:
     path = tmp_path / "scoped.pcapng"
     _scoped_capture(path)
-    assert read_capture(path).header["format_version"] == CAPTURE_FORMAT_VERSION == 5
-    assert read_capture(FORMAT_4).header["format_version"] == 4
+    assert read_capture(path).header["format_version"] == CAPTURE_FORMAT_VERSION == 6
+    assert read_capture(old_format).header["format_version"] == int(old_format.name.split("-")[1])
     # Per leg in the same order (format 4 wrote a header-only frame's legs together, format 5
-    # writes a run of them a leg at a time, as whole frames always were).
-    new, old = _fields(path), _fields(FORMAT_4)
+    # writes a run of them a leg at a time, as whole frames always were, format 6 on the client
+    # leg only: the reader shows each on both legs).
+    new, old = _fields(path), _fields(old_format)
     for leg in ("client", "upstream"):
         assert [row for row in new if row[0] == leg] == [row for row in old if row[0] == leg]
+        assert len([row for row in new if row[0] == leg and row[-1] is not None]) == 4
     header_only = [row for row in new if row[-1] is not None and row[0] == "client"]
     # Two requests and two responses; a response's API is its request's.
     assert [(row[1], row[3], row[5]) for row in header_only] == [
@@ -97,6 +104,7 @@ def test_snapped_packets_keep_sequence_numbers_and_ip_checksums(tmp_path: Path) 
     _, packets, damage = parse(path.read_bytes())
     assert damage is None
     next_seq: dict[tuple[object, ...], int] = {}
+    skipped: dict[tuple[object, ...], int] = {}  # per upstream-leg direction: bytes not written
     snapped_packets = 0
     for packet in packets:
         ether = Ether(packet.data)
@@ -107,13 +115,20 @@ def test_snapped_packets_keep_sequence_numbers_and_ip_checksums(tmp_path: Path) 
         length = ip.len - 40  # the segment's payload on the wire, captured or not
         if packet.original_length is not None:
             snapped_packets += 1
+            assert packet.interface == 0  # format 6: the client leg only
             assert packet.original_length == 14 + ip.len and tcp.chksum == 0  # not computable
         key = (packet.interface, ip.src, tcp.sport, ip.dst, tcp.dport)
         if key in next_seq:
-            assert tcp.seq == next_seq[key]
+            skipped[key] = skipped.get(key, 0) + tcp.seq - next_seq[key]
         next_seq[key] = tcp.seq + length + (1 if tcp.flags & 0x03 else 0)
-    # 100 KB and 70 KB frames span two packets, the others one: 6 packets per leg.
-    assert snapped_packets == 12
+    # 100 KB and 70 KB frames span two packets, the others one: 6 packets on the client leg.
+    assert snapped_packets == 6
+    # The client leg's streams are contiguous; the upstream leg's skip exactly the header-only
+    # frames: the two Produce requests and their responses (as `_scoped_capture` sends them).
+    requests = len(_opaque(8, b"\x07" * 100_000)) + len(_opaque(9, b"\x05" * 50))
+    responses = 8 + 30 + 8 + 70_000
+    assert sorted(value for key, value in skipped.items() if key[0] == 0) == [0, 0]
+    assert sorted(value for key, value in skipped.items() if key[0] == 1) == [responses, requests]
 
 
 @pytest.mark.parametrize("size", [96, 70_000])

@@ -10,7 +10,10 @@ which frames the capture holds (`RecordScope`; a header without it recorded ever
 original length, the pcapng block holds only the frame's size prefix and fixed header fields);
 version 5 writes header-only frames without a comment (`proxy.capture.snapped`: one per Produce
 or Fetch frame and leg was most of group scope's cost): a reader takes their connection from the
-TCP stream and their fields from the captured bytes. Format 4's comments are still decoded.
+TCP stream and their fields from the captured bytes; version 6 writes them on the client leg
+only (the upstream leg relays the same bytes: a reader shows each on both legs, and the upstream
+leg's TCP stream skips their bytes, as a capture missing those segments would). Format 4's
+comments are still decoded.
 Decoding validates every field it uses: a wrong type is reported in `SectionHeader.damage`,
 never raised.
 """
@@ -30,8 +33,8 @@ from proxy.wire import GROUP_API_KEYS, ApiKey
 
 CAPTURE_FORMAT: Final = "group-replay-capture"
 # 2: upstream_group_config; 3: record_scope; 4: header-only frames (`omitted_body_bytes`);
-# 5: header-only frames without a comment
-CAPTURE_FORMAT_VERSION: Final = 5
+# 5: header-only frames without a comment; 6: header-only frames on the client leg only
+CAPTURE_FORMAT_VERSION: Final = 6
 GROUP_CONFIG_KEY: Final = "upstream_group_config"
 RECORD_SCOPE_KEY: Final = "record_scope"
 

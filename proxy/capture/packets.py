@@ -42,7 +42,7 @@ from proxy.capture.header import (
     frame_comment_tail,
     open_comment,
 )
-from proxy.capture.snapped import REQUEST_CAPTURED, RESPONSE_CAPTURED, header_only_blocks
+from proxy.capture.snapped import REQUEST_CAPTURED, RESPONSE_CAPTURED, header_only_blocks, skip_header_only
 from proxy.capture.tcp import FLAG_ACK as _FLAG_ACK
 from proxy.capture.tcp import FLAG_FIN as _FLAG_FIN
 from proxy.capture.tcp import FLAG_PSH as _FLAG_PSH
@@ -116,14 +116,15 @@ class Synthesizer:
         return out
 
     def _header_only(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
-        """A run of header-only frames (format 5: no comment) on both legs (`proxy.capture.snapped`)."""
+        """A run of header-only frames (format 5: no comment; format 6: written on the client leg
+        only, the upstream leg's stream skips them: `proxy.capture.snapped`)."""
         _, conn, ts_ns, direction, _, heads = entry
         to_server = direction == "request"
         stride = REQUEST_CAPTURED if to_server else RESPONSE_CAPTURED  # the captured bytes are the heads
         streams = self._streams
-        for leg in (0, 1):
-            stream = streams.get((conn, leg)) or self._stream(conn, leg)
-            out.append(header_only_blocks(stream, leg, to_server, ts_ns, heads, stride, stride))
+        stream = streams.get((conn, 0)) or self._stream(conn, 0)
+        out.append(header_only_blocks(stream, 0, to_server, ts_ns, heads, stride, stride))
+        skip_header_only(streams.get((conn, 1)) or self._stream(conn, 1), to_server, heads, stride)
         self.written_bytes += len(heads)
 
     def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:

@@ -135,7 +135,9 @@ def read_capture(path: str | Path) -> Capture:  # noqa: C901 - one pass over the
     current: tuple[dict[str, Any], str, bytearray, int] | None = None  # meta, leg, bytes, expected
     # Format 5's header-only packets carry no comment: their connection comes from the TCP stream
     # (the SYN carries the open comment), their API from their bytes or the request they answer.
-    header_only = _HeaderOnly() if section_header.format_version >= 5 else None
+    # Format 6 writes them on the client leg only: each is read on both legs.
+    version = section_header.format_version
+    header_only = _HeaderOnly(mirrored=version >= 6) if version >= 5 else None
 
     def finish() -> None:
         nonlocal current, damage
@@ -207,7 +209,7 @@ def read_capture(path: str | Path) -> Capture:  # noqa: C901 - one pass over the
                     finish()
             elif header_only is not None and payload:
                 try:
-                    frames.append(header_only.frame(packet.interface, leg, packet.ts_ns, endpoints, payload))
+                    frames += header_only.frames(packet.interface, names, packet.ts_ns, endpoints, payload)
                 except ValueError as exc:
                     damage = damage or f"packet {index}: {exc}"
             continue
@@ -245,9 +247,12 @@ def read_capture(path: str | Path) -> Capture:  # noqa: C901 - one pass over the
 
 
 class _HeaderOnly:
-    """Reads format 5's header-only packets (no comment; `proxy.capture.snapped` writes them)."""
+    """Reads format 5's header-only packets (no comment; `proxy.capture.snapped` writes them),
+    and format 6's, written on the client leg only (`mirrored`: each is also the upstream leg's
+    frame: a header-only frame is one the proxy relayed unchanged)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mirrored: bool = False) -> None:
+        self._mirrored = mirrored
         self._streams: dict[tuple[int, bytes, int, bytes, int], tuple[int, str]] = {}
         self._requests: dict[tuple[int, int, int], tuple[int, int]] = {}  # (conn, leg, corr) -> API
 
@@ -257,10 +262,16 @@ class _HeaderOnly:
         self._streams[(interface, src, sport, dst, dport)] = (conn, "request")
         self._streams[(interface, dst, dport, src, sport)] = (conn, "response")
 
-    def frame(
-        self, interface: int, leg: str, ts_ns: int, endpoints: tuple[bytes, int, bytes, int], data: bytes
-    ) -> CapturedFrame:
-        """The header-only frame starting in a comment-less packet; ValueError when it is damaged."""
+    def frames(
+        self,
+        interface: int,
+        names: list[str],
+        ts_ns: int,
+        endpoints: tuple[bytes, int, bytes, int],
+        data: bytes,
+    ) -> list[CapturedFrame]:
+        """The header-only frame starting in a comment-less packet, on its leg (format 6: on the
+        client leg and then the upstream leg); ValueError when it is damaged."""
         found = self._streams.get((interface, *endpoints))
         if found is None:
             raise ValueError("a header-only frame of a connection the capture never opened")
@@ -274,20 +285,28 @@ class _HeaderOnly:
         else:
             correlation_id = int.from_bytes(data[4:8], "big", signed=True)
             api_key, api_version = self._requests.pop((conn, interface, correlation_id), (-1, -1))
-        return CapturedFrame(
-            conn=conn,
-            leg=leg,
-            direction=direction,
-            ts_ns=ts_ns,
-            api_key=api_key,
-            api_version=api_version,
-            correlation_id=correlation_id,
-            client_id=None,
-            group_id=None,
-            rewritten=False,
-            payload=data[4:],
-            omitted_body_bytes=max(0, size - (len(data) - 4)),
-        )
+        if self._mirrored and interface == 0:
+            legs = names[:2] if len(names) >= 2 else ["client", "upstream"]
+        else:
+            legs = [names[interface] if interface < len(names) else str(interface)]
+        payload, omitted = data[4:], max(0, size - (len(data) - 4))
+        return [
+            CapturedFrame(
+                conn=conn,
+                leg=leg,
+                direction=direction,
+                ts_ns=ts_ns,
+                api_key=api_key,
+                api_version=api_version,
+                correlation_id=correlation_id,
+                client_id=None,
+                group_id=None,
+                rewritten=False,
+                payload=payload,
+                omitted_body_bytes=omitted,
+            )
+            for leg in legs
+        ]
 
 
 _REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id

@@ -1,6 +1,8 @@
-"""Header-only frames (record scope group) as snapped packets, built a run at a time (format 5).
+"""Header-only frames (record scope group) as snapped packets, built a run at a time (format 5;
+format 6 writes them on the client leg only: `skip_header_only` advances the upstream leg's
+stream past them, the reader shows each frame on both legs).
 
-A header-only frame is, on each leg, packets that keep the frame's original length (the IPv4
+A header-only frame is, on its leg, packets that keep the frame's original length (the IPv4
 total length and the pcapng block's original length) while the block holds only the frame's
 first bytes: a request's size prefix, api_key, api_version and correlation_id (12 bytes), a
 response's size prefix and correlation_id (8 bytes). A frame over `MAX_SEGMENT` spans several
@@ -143,6 +145,20 @@ def header_only_blocks(
     return buffer
 
 
+def skip_header_only(stream: Stream, to_server: bool, heads: bytes, stride: int) -> None:
+    """Advances the stream's sequence number past a run of header-only frames without writing
+    them (format 6: the upstream leg's header-only frames are the client leg's, not written)."""
+    count = len(heads) // stride
+    if count == 1:
+        length = 4 + _SIZE.unpack_from(heads)[0]
+    else:
+        length = 4 * count + sum(_sizes(stride, count).unpack(heads))
+    if to_server:
+        stream.client_seq += length
+    else:
+        stream.server_seq += length
+
+
 def _cached(
     cache: dict[tuple[bool, int], _Unit], side: Side, leg: int, to_server: bool, size: int, captured: int
 ) -> _Unit:
@@ -210,4 +226,4 @@ def _patch_each(
     return seq
 
 
-__all__ = ["CAPTURED_AT", "REQUEST_CAPTURED", "RESPONSE_CAPTURED", "header_only_blocks"]
+__all__ = ["CAPTURED_AT", "REQUEST_CAPTURED", "RESPONSE_CAPTURED", "header_only_blocks", "skip_header_only"]
