@@ -9,7 +9,9 @@ import shutil
 import struct
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,11 +63,16 @@ def _links_resolve(html: str) -> None:
 
 @pytest.fixture(scope="module")
 def validated(events_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, Path]:
-    """One full validate run (report and tables) shared by the tests that inspect its outputs."""
-    where = tmp_path_factory.mktemp("validated")
-    report, out = where / "report.html", where / "tables"
-    code = run([str(events_dir), "--report", str(report), "--out", str(out), "--progress", "off"])
-    return code, report, out
+    """One full validate run (report and tables) shared by the tests that inspect its outputs.
+    It runs from another directory than the Spark JVM's, with relative inputs, --out and
+    --report, as a user in their own directory does (test_relative_paths_are_the_callers_directory
+    checks where they landed; the others read them)."""
+    caller = tmp_path_factory.mktemp("validated") / "caller"
+    shutil.copytree(events_dir / "synthetic", caller / "ev")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(caller)
+        code = run(["ev", "--out", "tables", "--report", "r/report.html", "--progress", "off"])
+    return code, caller / "r" / "report.html", caller / "tables"
 
 
 def test_finds_exactly_the_injected_differences_and_writes_tables_and_report(
@@ -177,16 +184,35 @@ def _spark_submit() -> Path:
     return Path(pyspark.__file__).parent / "bin" / "spark-submit"
 
 
-@pytest.mark.slow
-def test_spark_main_runs_unchanged_under_spark_submit(events_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "tables"
+@pytest.fixture(scope="module")
+def own_spark_runs(events_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The two runs that start a Spark of their own (a subprocess each, as a user starts them):
+    spark_main.py under spark-submit, and `group-replay validate` from the command line. They run
+    at once: each is a local[1] driver, mostly one busy core, so on two cores the pair takes
+    little more than the longer one (the tests after them waited for both, one after the other)."""
+    out = tmp_path_factory.mktemp("spark-submit") / "tables"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     main = Path(__file__).resolve().parents[1] / "validator" / "spark_main.py"
-    result = subprocess.run(
-        [str(_spark_submit()), "--master", "local[1]", "--driver-memory", "1g", str(main),
-         str(events_dir), "--out", str(out), "--progress", "off"],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
-    )  # fmt: skip
+    submit = [str(_spark_submit()), "--master", "local[1]", "--driver-memory", "1g", str(main),
+              str(events_dir), "--out", str(out), "--progress", "off"]  # fmt: skip
+    cli = [sys.executable, "-m", "group_replay", "validate", str(events_dir / "synthetic"),
+           "--master", "local[1]"]  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    with ThreadPoolExecutor(2) as pool:
+        runs = {
+            "spark-submit": pool.submit(
+                subprocess.run, submit, capture_output=True, text=True, env=env, timeout=600, check=False
+            ),
+            "cli": pool.submit(
+                subprocess.run, cli, capture_output=True, text=True, timeout=600, check=False, cwd=root
+            ),
+        }
+        return {"out": out, **{name: future.result() for name, future in runs.items()}}
+
+
+@pytest.mark.slow
+def test_spark_main_runs_unchanged_under_spark_submit(own_spark_runs: dict[str, Any]) -> None:
+    result, out = own_spark_runs["spark-submit"], own_spark_runs["out"]
     assert result.returncode == 1, result.stderr[-2000:]
     assert (out / "compatibility_matrix").is_dir()
     assert "compatibility matrix" in result.stdout
@@ -260,24 +286,9 @@ def test_without_the_spark_extra_validate_says_what_to_install(tmp_path: Path) -
     ]
 
 
-def test_spark_start_up_lines_do_not_reach_the_terminal(events_dir: Path) -> None:
+def test_spark_start_up_lines_do_not_reach_the_terminal(own_spark_runs: dict[str, Any]) -> None:
     """The JVM's own stdout/stderr go to a log file, not through the progress display."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "group_replay",
-            "validate",
-            str(events_dir / "synthetic"),
-            "--master",
-            "local[1]",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        timeout=600,
-        check=False,
-    )
+    result = own_spark_runs["cli"]
     assert result.returncode == 1, result.stderr[-2000:]
     for line in result.stderr.splitlines():
         assert "WARN" not in line and "log level" not in line and "incubator" not in line, line
@@ -322,13 +333,11 @@ def test_a_run_that_could_not_be_carried_out_is_reported_not_run(
     _links_resolve(html)
 
 
-def test_relative_paths_are_the_callers_directory(
-    spark: SparkSession, events_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Run from another directory than the Spark JVM's: inputs, --out and --report relative to it."""
-    caller = tmp_path / "caller"
-    shutil.copytree(events_dir / "synthetic", caller / "ev")
-    monkeypatch.chdir(caller)
-    assert run(["ev", "--out", "tables", "--report", "r/report.html", "--progress", "off"]) == 1
+def test_relative_paths_are_the_callers_directory(validated: tuple[int, Path, Path]) -> None:
+    """Run from another directory than the Spark JVM's: inputs, --out and --report relative to it
+    (the `validated` run)."""
+    code, report, _ = validated
+    assert code == 1
+    caller = report.parent.parent
     assert (caller / "r" / "report.html").stat().st_size > 0
     assert (caller / "tables" / "session_verdicts").is_dir()
