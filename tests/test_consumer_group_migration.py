@@ -18,17 +18,17 @@ from hypothesis import strategies as st
 
 from proxy.wire.consumer_protocol import (
     decode_assignment,
-    decode_subscription,
     encode_assignment,
     encode_subscription,
 )
 from proxy.wire.errors import ErrorCode
 from replay.coordinator import CoordinatorConfig
 from replay.coordinator import requests as Q
-from replay.coordinator.consumer import ConsumerGroupConfig, HeartbeatRequest, classic_members
-from replay.coordinator.consumer.group import ClassicMemberMetadata, MigrationPolicy
+from replay.coordinator.consumer import ConsumerGroupConfig, HeartbeatRequest
+from replay.coordinator.consumer.group import MigrationPolicy
 from replay.coordinator.consumer.wire import heartbeat_to_kio
 from tests.coordinator_sim import Sim
+from tests.support.consumer_full_paths import classic_members_full_paths
 
 V = 9  # JoinGroup v9 / SyncGroup v5 / Heartbeat v4 / LeaveGroup v5
 SUB = encode_subscription(["t"], 1)
@@ -343,52 +343,6 @@ _JOINS: list[tuple[str, dict[str, Any]]] = [  # (client id, JoinGroup fields) a 
 ]
 
 
-def _full_rebuilt(member: Any, *fields: Any) -> Any:
-    """ConsumerGroupMember.Builder(member)...build() as a new record every time."""
-    instance_id, rebalance_timeout_ms, topics, client_id, client_host, session_timeout_ms, protocols = fields
-    return member._replace(
-        instance_id=instance_id if instance_id is not None else member.instance_id,
-        rebalance_timeout_ms=rebalance_timeout_ms
-        if rebalance_timeout_ms != -1
-        else member.rebalance_timeout_ms,
-        subscribed_topic_names=frozenset(topics),
-        subscribed_topic_regex=None,
-        client_id=client_id,
-        client_host=client_host,
-        classic=ClassicMemberMetadata(session_timeout_ms, protocols),
-    )
-
-
-def _full_bumped_metadata(coordinator: Any, group: Any, updated: Any, changed: bool) -> Any:
-    metadata_hash = coordinator._metadata_hash(coordinator._subscribed_names(group, updated))
-    return metadata_hash if changed or metadata_hash != group.metadata_hash else None
-
-
-def _full_paths() -> list[Any]:
-    """What each remembered step of classic_members stands for, computed anew every time."""
-    path = "replay.coordinator.consumer.classic_members."
-    timer = classic_members.classic_timer
-
-    def subscription(metadata: bytes) -> Any:
-        decoded = decode_subscription(metadata)
-        return decoded, frozenset(decoded.topics)
-
-    return [
-        mock.patch(path + "rebuilt", _full_rebuilt),
-        mock.patch(path + "subscription_of", subscription),
-        mock.patch(path + "bumped_metadata", _full_bumped_metadata),
-        mock.patch(path + "subscribed_ids", lambda c, g, names: c.topic_ids(names)),
-        mock.patch(path + "owned_partitions", classic_members.topic_partitions),
-        mock.patch(
-            path + "sync_ok_answer",
-            lambda c, m, v, t, n: classic_members.sync_ok_response(
-                v, classic_members.assignment_bytes(c, m), t, n
-            ),
-        ),
-        mock.patch(path + "classic_timer", lambda c, *key: (c.classic_timers.clear(), timer(c, *key))[1]),
-    ]
-
-
 def _classic_rejoins(ops: list[tuple[str, int, int]]) -> list[Any]:
     """Three classic members of an upgraded group rejoin with the JoinGroup they sent before or a
     changed one (`_JOINS`), heartbeat, sync; the consumer member heartbeats; topic t grows. The
@@ -451,7 +405,7 @@ def test_classic_rejoins_in_a_consumer_group_are_the_full_path(ops: list[tuple[s
     ops = [("rejoin", w, 0) for w in range(3)] + ops + [("beat", 0, 0)]
     fast = _classic_rejoins(ops)
     with contextlib.ExitStack() as full:
-        for patch in _full_paths():
+        for patch in classic_members_full_paths():
             full.enter_context(patch)
         slow = _classic_rejoins(ops)
     assert fast == slow

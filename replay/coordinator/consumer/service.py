@@ -281,14 +281,10 @@ class ConsumerGroupService:
         runtime = self.runtime
         classic = None if runtime is None else runtime.classic_manager
         config = self.coordinator.config
+        if classic is None or not config.migration_policy.downgrade_enabled:
+            return False  # before the walk over the members (every fence asks)
         others = [m for m in group.members.values() if m.member_id != leaving.member_id]
-        if (
-            classic is None
-            or not others
-            or any(m.classic is None for m in others)
-            or not config.migration_policy.downgrade_enabled
-            or len(others) > config.classic_max_size
-        ):
+        if not others or any(m.classic is None for m in others) or len(others) > config.classic_max_size:
             return False
         self._convert_to_classic(
             now_ms,
