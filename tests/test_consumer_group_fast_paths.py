@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from replay.coordinator.consumer import ConsumerGroupConfig, HeartbeatRequest, target
 from replay.coordinator.consumer.assignors import java_hash_order
+from replay.coordinator.consumer.classic_members import supports_classic_protocols
 from replay.coordinator.consumer.group import (
     ClassicMemberMetadata,
     ConsumerGroup,
@@ -26,7 +27,6 @@ from replay.coordinator.consumer.group import (
     _next_assignment,
     reconcile,
 )
-from replay.coordinator.consumer.migration import supports_classic_protocols
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
 
@@ -257,4 +257,4 @@ def test_supported_classic_protocols_follow_the_members(
         if group.members
         else bool(names)
     )
-    assert supports_classic_protocols(group, "consumer", set(names)) == expected
+    assert supports_classic_protocols(group, "consumer", tuple((n, b"") for n in names)) == expected

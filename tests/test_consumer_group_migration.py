@@ -7,6 +7,7 @@ against real Kafka 4.3.1 brokers."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Any
 from unittest import mock
@@ -15,13 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.wire.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
+from proxy.wire.consumer_protocol import (
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
 from proxy.wire.errors import ErrorCode
 from replay.coordinator import CoordinatorConfig
+from replay.coordinator import requests as Q
 from replay.coordinator.consumer import ConsumerGroupConfig, HeartbeatRequest
 from replay.coordinator.consumer.group import MigrationPolicy
 from replay.coordinator.consumer.wire import heartbeat_to_kio
 from tests.coordinator_sim import Sim
+from tests.support.consumer_full_paths import classic_members_full_paths
 
 V = 9  # JoinGroup v9 / SyncGroup v5 / Heartbeat v4 / LeaveGroup v5
 SUB = encode_subscription(["t"], 1)
@@ -318,3 +325,87 @@ def test_steady_classic_heartbeats_in_a_consumer_group_are_the_full_path(ops: li
     with mock.patch("replay.coordinator.consumer.service.steady_classic_heartbeat", return_value=False):
         full = _classic_members_in_a_consumer_group(ops)
     assert fast == full
+
+
+# -- the classic members' remembered work against the full path ------------------------------------
+
+_COOPERATIVE = encode_subscription(["t"], 1, owned_partitions=(("t", 0), ("t", 3)))
+_JOINS: list[tuple[str, dict[str, Any]]] = [  # (client id, JoinGroup fields) a classic member rejoins with
+    ("", {"protocols": (("range", SUB),)}),  # as it was (the upgrade's case)
+    ("", {"protocols": (("range", encode_subscription(["t", "u"], 1)),)}),  # another subscription
+    ("", {"protocols": (("range", SUB),), "session_timeout_ms": 20_000}),
+    ("", {"protocols": (("range", SUB),), "rebalance_timeout_ms": 40_000}),
+    ("", {"protocols": (("range", _COOPERATIVE),)}),  # owns partitions
+    ("", {"protocols": (("range", SUB), ("roundrobin", SUB))}),
+    ("", {"protocols": (("roundrobin", SUB), ("range", SUB))}),  # answers "roundrobin"
+    ("other-client", {"protocols": (("range", SUB),)}),
+    ("", {"protocols": (("range", b"\x00"),)}),  # malformed: INCONSISTENT_GROUP_PROTOCOL
+]
+
+
+def _classic_rejoins(ops: list[tuple[str, int, int]]) -> list[Any]:
+    """Three classic members of an upgraded group rejoin with the JoinGroup they sent before or a
+    changed one (`_JOINS`), heartbeat, sync; the consumer member heartbeats; topic t grows. The
+    answers, the events, every timer's deadline and the members at the end."""
+    sim = _sim(MigrationPolicy.UPGRADE)
+    ids, generation = _classic_group(sim, members=3)
+    consumer = _beat(sim, "c0000000-0000-4000-8000-000000000001", 0)
+    generations = dict.fromkeys(ids, generation)
+    seen: list[Any] = []
+    for op, who, variant in ops:
+        sim.tick(sim.now_ms + (20_000 if op == "wait" else 1_000))
+        member_id, conn = ids[who], who + 1
+        if op == "beat":
+            seen.append(sim.heartbeat(conn, 4, generations[member_id], member_id))
+        elif op == "rejoin":
+            client_id, fields = _JOINS[variant]
+            request = Q.join_group(V, "g", member_id, **fields)
+            joined = sim.answer(sim.send(conn, V, request, client_id=client_id or f"c{conn}"))
+            seen.append(joined)
+            if joined is not None and int(joined.error_code) == 0:
+                generations[member_id] = int(joined.generation_id)
+                name = str(joined.protocol_name)
+                seen.append(
+                    sim.answer(sim.sync(conn, 5, generations[member_id], member_id, protocol_name=name))
+                )
+                seen.append(sim.answer(sim.sync(conn, 3, generations[member_id], member_id)))
+        elif op == "consumer":
+            consumer = _beat(sim, str(consumer.member_id), int(consumer.member_epoch), owned={})
+            seen.append(consumer)
+        elif op == "grow":
+            sim.coordinator.consumer.coordinator.topic_partitions["t"] += 1
+    timers = sim.coordinator.timers
+    consumer_groups = sim.coordinator.consumer.coordinator
+    group = consumer_groups.groups.get("g")
+    seen.append((sim.kinds(), sorted((key, timers.deadline(key)) for key in timers._live)))
+    seen.append(list(consumer_groups.events))
+    if group is not None:
+        seen.append((group.group_epoch, group.assignment_epoch, group.metadata_hash, group.target))
+        seen.append(sorted(group.members.items()))
+    return seen
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["beat", "rejoin", "rejoin", "rejoin", "consumer", "wait", "grow", "grow"]),
+            st.integers(0, 2),
+            st.integers(0, len(_JOINS) - 1),
+        ),
+        max_size=30,
+    )
+)
+def test_classic_rejoins_in_a_consumer_group_are_the_full_path(ops: list[tuple[str, int, int]]) -> None:
+    """classic_members.classic_join and the SyncGroup answers with what they remember (the
+    decoded subscription by its bytes, the stored member when the JoinGroup changes nothing of
+    it, the metadata check from the group's counts, the topic ids per subscription, the SyncGroup
+    answer per assignment, the timers' keys and actions per member) against the same steps done
+    anew each time: same answers, events, timer deadlines, group and members."""
+    ops = [("rejoin", w, 0) for w in range(3)] + ops + [("beat", 0, 0)]
+    fast = _classic_rejoins(ops)
+    with contextlib.ExitStack() as full:
+        for patch in classic_members_full_paths():
+            full.enter_context(patch)
+        slow = _classic_rejoins(ops)
+    assert fast == slow

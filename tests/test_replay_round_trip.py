@@ -6,6 +6,7 @@ expectations, migration steps and coordinator records either way."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from replay.coordinator.consumer.assignors import java_hash_order
 from replay.plan import ReplayPlan, build_plan
 from replay.run import CoordinatorTransport, RunResult, replay_reference
 from replay.scenario import Scenario, builtin_names, load_builtin, parse_scenario
+from tests.support.consumer_full_paths import classic_members_full_paths
 from tests.support.synth import synthesize_capture
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captures"
@@ -177,17 +179,22 @@ def test_random_mixed_protocol_runs_are_the_same_without_the_consumer_coordinato
 ) -> None:
     """replay.coordinator.consumer's fast paths (steady ConsumerGroupHeartbeats read from the kio
     request and their kio answers kept, classic Heartbeats of members in a consumer group, the
-    target's member order from kept hashes and zipped specs) against its full path, in random
+    target's member order from kept hashes and zipped specs, classic members' JoinGroup and
+    SyncGroup steps remembered) against its full path, in random
     mixed-protocol runs through the whole coordinator: same events, counts and records."""
     scenario = parse_scenario(text, "generated.yaml")
     fast = _replay(synthetic.plan, scenario, fast=True, taken=Taken())
     consumer = "replay.coordinator.consumer"
-    with (
+    patches = [
         mock.patch(f"{consumer}.service.steady_from_kio", return_value=None),
         mock.patch(f"{consumer}.service.steady_classic_heartbeat", return_value=False),
         mock.patch(f"{consumer}.coordinator.steady_heartbeat", return_value=None),
         mock.patch(f"{consumer}.target.member_hash_order", _java_hash_order),
         mock.patch(f"{consumer}.target._homogeneous_specs", consumer_target._specs),
-    ):
+        *classic_members_full_paths(),  # classic members' JoinGroup / SyncGroup
+    ]
+    with contextlib.ExitStack() as full_paths:
+        for patch in patches:
+            full_paths.enter_context(patch)
         full = _replay(synthetic.plan, scenario, fast=True, taken=Taken())
     assert fast == full

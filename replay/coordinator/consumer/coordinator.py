@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 from uuid import UUID
 
 from proxy.wire.errors import ErrorCode
@@ -105,8 +106,10 @@ class ConsumerGroupCoordinator:
     member_id_seed: int = 0x848  # member ids this coordinator makes (v0 joins) are deterministic
     _ids: int = 0
     topic_ids_version: int = 0  # bumped when `add_topic` names a topic id (steady.py's cache)
-    # migration.assignment_bytes: id(assignment) -> (assignment, version, topic image, bytes)
-    encoded_assignments: dict[int, tuple[Partitions, int, tuple[object, ...], bytes]] = field(
+    # migration.assignment_bytes: id(assignment) -> (assignment, version, topic image, bytes, answers)
+    encoded_assignments: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # migration.classic_timer: (kind, group id, member id) -> (timer key, action)
+    classic_timers: dict[tuple[str, str, str], tuple[str, Callable[[int], None]]] = field(
         default_factory=dict
     )
 

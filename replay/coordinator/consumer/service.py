@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.errors import ErrorCode
-from replay.coordinator.consumer import migration
+from replay.coordinator.consumer import classic_members, migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
@@ -240,7 +240,7 @@ class ConsumerGroupService:
             if parked is not None:
                 runtime.respond(
                     parked,
-                    migration.join_error_response(
+                    classic_members.join_error_response(
                         parked.api_version, ErrorCode.rebalance_in_progress, m.member_id
                     ),
                 )
@@ -248,7 +248,9 @@ class ConsumerGroupService:
             if parked_sync is not None:
                 runtime.respond(
                     parked_sync,
-                    migration.sync_error_response(parked_sync.api_version, ErrorCode.rebalance_in_progress),
+                    classic_members.sync_error_response(
+                        parked_sync.api_version, ErrorCode.rebalance_in_progress
+                    ),
                 )
         group = migration.from_classic_group(
             coordinator, group_id, old.generation_id, old.protocol_name or "", views
@@ -279,14 +281,10 @@ class ConsumerGroupService:
         runtime = self.runtime
         classic = None if runtime is None else runtime.classic_manager
         config = self.coordinator.config
+        if classic is None or not config.migration_policy.downgrade_enabled:
+            return False  # before the walk over the members (every fence asks)
         others = [m for m in group.members.values() if m.member_id != leaving.member_id]
-        if (
-            classic is None
-            or not others
-            or any(m.classic is None for m in others)
-            or not config.migration_policy.downgrade_enabled
-            or len(others) > config.classic_max_size
-        ):
+        if not others or any(m.classic is None for m in others) or len(others) > config.classic_max_size:
             return False
         self._convert_to_classic(
             now_ms,
@@ -355,8 +353,8 @@ class ConsumerGroupService:
                 member_id = coordinator._new_member_id()
             if len(group.members) >= coordinator.config.max_size and member_id not in group.members:
                 raise HeartbeatError(ErrorCode.group_max_size_reached, "The consumer group is full.")
-            if not migration.supports_classic_protocols(
-                group, request.protocol_type, {name for name, _ in request.protocols}
+            if not classic_members.supports_classic_protocols(
+                group, request.protocol_type, request.protocols
             ):
                 raise HeartbeatError(
                     ErrorCode.inconsistent_group_protocol,
@@ -365,14 +363,15 @@ class ConsumerGroupService:
             if unknown and api_version >= 4 and request.group_instance_id is None:
                 # JoinGroupRequest.requiresKnownMemberId
                 runtime.respond(
-                    ctx, migration.join_error_response(api_version, ErrorCode.member_id_required, member_id)
+                    ctx,
+                    classic_members.join_error_response(api_version, ErrorCode.member_id_required, member_id),
                 )
                 return True
             now_ms = runtime.now_ms()
-            downgrade = migration.downgrade_by_replacement(
+            downgrade = classic_members.downgrade_by_replacement(
                 coordinator.config, group, request.group_instance_id
             )
-            member = migration.classic_join(
+            member = classic_members.classic_join(
                 coordinator,
                 now_ms,
                 group,
@@ -387,16 +386,22 @@ class ConsumerGroupService:
                 downgrade,
             )
         except HeartbeatError as exc:
-            runtime.respond(ctx, migration.join_error_response(api_version, exc.code, request.member_id))
+            runtime.respond(
+                ctx, classic_members.join_error_response(api_version, exc.code, request.member_id)
+            )
             return True
         except PartitionAssignorError:
             runtime.respond(
                 ctx,
-                migration.join_error_response(api_version, ErrorCode.unknown_server_error, request.member_id),
+                classic_members.join_error_response(
+                    api_version, ErrorCode.unknown_server_error, request.member_id
+                ),
             )
             return True
         group_id = group.group_id
-        coordinator.timers.cancel(f"consumer-join-{group_id}-{member.member_id}")
+        coordinator.timers.cancel(
+            classic_members.classic_timer(coordinator, "consumer-join", group_id, member.member_id)[0]
+        )
         assert member.classic is not None
         if downgrade:
             stale = group.assignment_epoch < group.group_epoch
@@ -406,7 +411,7 @@ class ConsumerGroupService:
             )
             runtime.respond(
                 ctx,
-                migration.join_ok_response(
+                classic_members.join_ok_response(
                     api_version, member.member_id, member.member_epoch, member.classic.protocol_name
                 ),
             )
@@ -415,7 +420,7 @@ class ConsumerGroupService:
         self._schedule_classic_timeout(now_ms, "consumer-sync", group, member, request.rebalance_timeout_ms)
         runtime.respond(
             ctx,
-            migration.join_ok_response(
+            classic_members.join_ok_response(
                 api_version, member.member_id, member.member_epoch, member.classic.protocol_name
             ),
         )
@@ -432,20 +437,9 @@ class ConsumerGroupService:
     ) -> None:
         """scheduleConsumerGroupSyncTimeout / scheduleConsumerGroupJoinTimeoutIfAbsent: the member
         is fenced if it does not sync (rejoin) within its rebalance timeout."""
-        key = f"{kind}-{group.group_id}-{member.member_id}"
-        if if_absent and self.coordinator.timers.is_scheduled(key):
-            return
-        group_id, member_id = group.group_id, member.member_id
-        why = (
-            "the member failed to sync within timeout"
-            if kind == "consumer-sync"
-            else "the classic member failed to join within the rebalance timeout"
-        )
-
-        def expire(at_ms: int) -> None:
-            self.coordinator._fence_operation(at_ms, group_id, member_id, "member_fenced", why)
-
-        self.coordinator.timers.schedule(key, now_ms + timeout_ms, expire)
+        key, expire = classic_members.classic_timer(self.coordinator, kind, group.group_id, member.member_id)
+        if not (if_absent and self.coordinator.timers.is_scheduled(key)):
+            self.coordinator.timers.schedule(key, now_ms + timeout_ms, expire)
 
     def classic_sync(self, ctx: RequestContext, request: Any) -> bool:
         """classicGroupSyncToConsumerGroup: the member's current assignment, unless a new
@@ -457,8 +451,8 @@ class ConsumerGroupService:
             return False
         api_version = ctx.api_version
         try:
-            member = migration.classic_member(group, request.member_id, request.group_instance_id)
-            migration.throw_if_generation_unmatched(member, request.generation_id)
+            member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
+            classic_members.throw_if_generation_unmatched(member, request.generation_id)
             assert member.classic is not None
             name = member.classic.protocol_name
             if (
@@ -467,27 +461,24 @@ class ConsumerGroupService:
             ) or (request.protocol_name is not None and request.protocol_name != name):
                 raise HeartbeatError(ErrorCode.inconsistent_group_protocol, "protocol mismatch")
             now_ms = runtime.now_ms()
-            if migration.rebalance_in_progress(group, member):
+            if classic_members.rebalance_in_progress(group, member):
                 self._schedule_classic_timeout(
                     now_ms, "consumer-join", group, member, member.rebalance_timeout_ms, if_absent=True
                 )
                 raise HeartbeatError(ErrorCode.rebalance_in_progress, "rejoin")
         except HeartbeatError as exc:
-            runtime.respond(ctx, migration.sync_error_response(api_version, exc.code))
+            runtime.respond(ctx, classic_members.sync_error_response(api_version, exc.code))
             return True
-        coordinator.timers.cancel(f"consumer-sync-{group.group_id}-{member.member_id}")
+        coordinator.timers.cancel(
+            classic_members.classic_timer(coordinator, "consumer-sync", group.group_id, member.member_id)[0]
+        )
         coordinator._schedule_session_timeout(
             now_ms, group.group_id, member.member_id, member.classic.session_timeout_ms
         )
-        runtime.respond(
-            ctx,
-            migration.sync_ok_response(
-                api_version,
-                migration.assignment_bytes(coordinator, member),
-                request.protocol_type,
-                request.protocol_name,
-            ),
+        answer = classic_members.sync_ok_answer(
+            coordinator, member, api_version, request.protocol_type, request.protocol_name
         )
+        runtime.respond(ctx, answer)
         return True
 
     def classic_heartbeat(self, ctx: RequestContext, request: Any) -> bool:
@@ -502,12 +493,12 @@ class ConsumerGroupService:
         if steady_classic_heartbeat(
             coordinator, runtime.now_ms(), group, member_id, instance_id, generation_id
         ):
-            runtime.respond(ctx, migration.heartbeat_response(ctx.api_version, _NONE))
+            runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, _NONE))
             return True
         code = _NONE
         try:
-            member = migration.classic_member(group, request.member_id, request.group_instance_id)
-            migration.throw_if_generation_unmatched(member, request.generation_id)
+            member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
+            classic_members.throw_if_generation_unmatched(member, request.generation_id)
         except HeartbeatError as exc:
             code = exc.code
         else:
@@ -516,12 +507,12 @@ class ConsumerGroupService:
             coordinator._schedule_session_timeout(
                 now_ms, group.group_id, member.member_id, member.classic.session_timeout_ms
             )
-            if migration.must_rejoin(group, member):
+            if classic_members.must_rejoin(group, member):
                 code = ErrorCode.rebalance_in_progress
                 self._schedule_classic_timeout(
                     now_ms, "consumer-join", group, member, member.rebalance_timeout_ms, if_absent=True
                 )
-        runtime.respond(ctx, migration.heartbeat_response(ctx.api_version, code))
+        runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, code))
         return True
 
     def classic_leave(self, ctx: RequestContext, request: Any) -> bool:
@@ -536,7 +527,7 @@ class ConsumerGroupService:
         leaving: list[ConsumerGroupMember] = []
         for member_id, instance_id in request.members:
             try:
-                leaving.append(migration.leaving_member(group, member_id, instance_id))
+                leaving.append(classic_members.leaving_member(group, member_id, instance_id))
                 results.append((member_id, instance_id, 0))
             except HeartbeatError as exc:
                 results.append((member_id, instance_id, int(exc.code)))
@@ -545,7 +536,7 @@ class ConsumerGroupService:
             current = group.members.get(member.member_id)
             if coordinator.groups.get(group.group_id) is group and current is not None:
                 coordinator._fence(now_ms, group, current, "member_left", "the classic member left")
-        runtime.respond(ctx, migration.leave_response(ctx.api_version, results))
+        runtime.respond(ctx, classic_members.leave_response(ctx.api_version, results))
         return True
 
     def describe(self, request: Any, api_version: int) -> Any:
