@@ -2,11 +2,9 @@
 
 What the file holds and how the packets are built: `proxy.capture.packets`.
 
-The event loop gathers the frames of about 10 ms (`_GATHER_S`: a timer on the running loop, or
-at most 4,096 items or 1 MiB; each batch wakes the writer process and its report wakes the event
-loop, and a wake-up costs more than the batch on short runs: 10 ms took 15-20% off the writer's
-CPU per exchange against 2 ms, bench/README.md) in a plain list, marshals them (plain tuples
-of ints, strings and bytes: a C-level copy) and writes them to a pipe without blocking; `python -m
+The event loop gathers the frames of about 2 ms (`_GATHER_S`: a timer on the running loop, or
+at most 4,096 items or 1 MiB) in a plain list, marshals them (plain tuples of ints, strings and
+bytes: a C-level copy) and writes them to a pipe without blocking; `python -m
 proxy.capture.writer`, a process of its own, builds the packets, checksums, comments and blocks
 (`proxy.capture.packets.Synthesizer`), appends them to the file and flushes after each batch. That
 work needs microseconds per frame and ~100 us of checksum per 64 KB: in its own process it runs
@@ -48,14 +46,14 @@ from proxy.commands import Closed, Opened
 from proxy.layouts import CLOSE, OPEN, R_CLIENT_PAYLOAD, Record
 
 # ---------------------------------------------------------------------------------------------
-# The proxy side: a list per ~10 ms, written to the writer process's pipe without blocking
+# The proxy side: a list per ~2 ms, written to the writer process's pipe without blocking
 
 _LENGTH = struct.Struct("<I")
 _CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
 # b"W" + payload bytes written so far; b"E" + length of an error text; b"R", 0: ready (imported)
 _ACK = struct.Struct("<cq")
 _BATCH_ITEMS = 4096
-_GATHER_S = 0.01
+_GATHER_S = 0.002
 _GATHER_WITHOUT_LOOP_S = 0.05  # a script's records: fewer, bigger batches (what one read sends, together)
 _BATCH_BYTES = 1 << 20
 _PIPE_BYTES = 1 << 20
@@ -66,7 +64,7 @@ class CaptureWriter:
     """Writes a capture file from proxy `Record`s without taking the event loop's CPU.
 
     The event loop appends each read's items (a Record, a list of them, a header-only run, a
-    connection event) to a list; about every 10 ms (a timer on the running loop) the list is
+    connection event) to a list; about every 2 ms (a timer on the running loop) the list is
     marshalled and written to a writer process (`python -m proxy.capture.writer`) without
     blocking, which synthesizes the packets, writes them and flushes after every batch, so a
     killed proxy leaves a file readable up to the last whole block. The synthesis, the TCP
