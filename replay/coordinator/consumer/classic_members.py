@@ -33,8 +33,7 @@ from replay.coordinator.consumer.group import (
     reconcile,
 )
 from replay.coordinator.consumer.regex import maybe_update_regexes
-from replay.coordinator.consumer.steady import _metadata_unchanged as metadata_unchanged
-from replay.coordinator.consumer.steady import _subscribed_ids as subscribed_ids
+from replay.coordinator.consumer.steady import metadata_unchanged, subscribed_ids
 from replay.coordinator.consumer.types import ConsumerGroupEvent, HeartbeatError
 
 CONSUMER_PROTOCOL_TYPE = "consumer"  # ConsumerProtocol.PROTOCOL_TYPE

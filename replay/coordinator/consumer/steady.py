@@ -89,7 +89,7 @@ def steady(
         or not member_id.strip()
     ):
         return None
-    if not _metadata_unchanged(coordinator, group):
+    if not metadata_unchanged(coordinator, group):
         return None
     timer = group.session_timers.get(member_id)
     if timer is None:
@@ -99,7 +99,7 @@ def steady(
         target = group.target_of(member)
         if member.assigned is not target or member.pending_revocation:
             return None
-        subscribed = _subscribed_ids(coordinator, group, member.subscribed_topic_names)
+        subscribed = subscribed_ids(coordinator, group, member.subscribed_topic_names)
         if not target.keys() <= subscribed or not all(target.values()):
             return None
         group.advance_member(member, target_epoch)
@@ -143,7 +143,7 @@ def steady_classic_heartbeat(
     return True
 
 
-def _metadata_unchanged(coordinator: ConsumerGroupCoordinator, group: ConsumerGroup) -> bool:
+def metadata_unchanged(coordinator: ConsumerGroupCoordinator, group: ConsumerGroup) -> bool:
     """The metadata hash of the subscribed topics is what the group last bumped its epoch for
     (without regexes: the names the members subscribe to, with their partition counts)."""
     tp = coordinator.topic_partitions
@@ -158,7 +158,7 @@ def _metadata_unchanged(coordinator: ConsumerGroupCoordinator, group: ConsumerGr
     return existing == len(metadata_hash)
 
 
-def _subscribed_ids(
+def subscribed_ids(
     coordinator: ConsumerGroupCoordinator, group: ConsumerGroup, names: frozenset[str]
 ) -> frozenset[UUID]:
     """TopicIds of `names` (no regex here), remembered per subscription while the metadata
@@ -173,4 +173,4 @@ def _subscribed_ids(
     return ids
 
 
-__all__ = ["steady", "steady_classic_heartbeat", "steady_heartbeat"]
+__all__ = ["metadata_unchanged", "steady", "steady_classic_heartbeat", "steady_heartbeat", "subscribed_ids"]
