@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from group_replay import parse_args
+
 DEFAULT_SCENARIOS: tuple[str, ...] = ("mixed-static-dynamic-group", "dynamic-to-static-rolling-upgrade")
 DEFAULT_SPEED = 4.0
 """Live replays compress the idle gaps four times; they go at 1x while one of the broker's own
@@ -344,10 +346,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _loop(argv: list[str]) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) and 2
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     if args.speed <= 0 or args.partitions < 1:
         print("group-replay demo: --speed must be > 0 and --partitions >= 1", file=sys.stderr)
         return 2

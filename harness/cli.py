@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from group_replay import parse_args
 from harness import paths
 from harness.broker import (
     SASL_MECHANISMS,
@@ -248,10 +249,9 @@ def _print_table(states: list[BrokerState], clusters: list[ClusterState]) -> Non
 
 
 def broker_main(argv: list[str]) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
     with _state_dir(args.state_dir):
         match args.action:
             case "start":

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from group_replay import parse_args
 from replay.brokers import group_settings
 from replay.events import EventName, RebalanceEvent, write_jsonl, write_parquet
 from replay.scenario import ScenarioError, builtin_names, load_builtin, resolve_scenario, scenario_text
@@ -54,10 +55,9 @@ def scenarios_main(argv: list[str]) -> int:
     show.add_argument(
         "name", metavar="NAME|FILE", help="a built-in name (`group-replay scenarios list`) or a YAML file"
     )
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
     if args.action == "list":
         from rich.table import Table
 
@@ -259,10 +259,9 @@ def replay_main(argv: list[str]) -> int:
     parser.add_argument(
         "--summary-json", type=Path, metavar="FILE", help="the runs, their verdicts and the exit code as JSON"
     )
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
     err = _console(stderr=True)
     try:
         scenarios = [resolve_scenario(name) for name in args.scenario or ["as-recorded"]]

@@ -12,6 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
+from group_replay import parse_args
 from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
 from replay.coordinator.consumer.group import MigrationPolicy
@@ -113,11 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) if exc.code in (0, None) else 2
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         topics = parse_topics(args.topics)
     except ValueError as exc:

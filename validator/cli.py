@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from group_replay import parse_args
 from validator.session import java_problem
 
 EXIT_OK, EXIT_DIFFERENCES, EXIT_INPUT = 0, 1, 2
@@ -74,11 +75,9 @@ def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser
 
 def run(argv: list[str], *, master_from_submit: bool = False) -> int:
     """The command; `master_from_submit` leaves the master to `spark-submit` (spark_main.py)."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     console = Console(stderr=True)
     problem = missing_spark_extra() or java_problem()
     if problem is not None:
