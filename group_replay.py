@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import argparse
+    from enum import Enum
 
 # subcommand -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -80,6 +81,19 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
         return parser.parse_args(argv)
     except SystemExit as exc:
         return 0 if exc.code in (0, None) else 2
+
+
+def add_enum_option(parser: argparse.ArgumentParser, flag: str, default: Enum, help: str) -> None:
+    """`flag` takes one of the values of `default`'s enum, `default` when not given; the parsed value
+    is the string (the enum's constructor gives back the member)."""
+    parser.add_argument(
+        flag, choices=[str(member.value) for member in type(default)], default=str(default.value), help=help
+    )
+
+
+def add_progress_option(parser: argparse.ArgumentParser, shows: str) -> None:
+    """Every long command's `--progress on|off` (on by default; off for CI logs): `shows` says what."""
+    parser.add_argument("--progress", choices=("on", "off"), default="on", help=f"show {shows} (default on)")
 
 
 def _missing_module_line(name: str, exc: ModuleNotFoundError) -> str | None:

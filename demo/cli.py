@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from group_replay import parse_args
+from group_replay import add_progress_option, parse_args
 
 DEFAULT_SCENARIOS: tuple[str, ...] = ("mixed-static-dynamic-group", "dynamic-to-static-rolling-upgrade")
 DEFAULT_SPEED = 4.0
@@ -128,9 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_PARTITIONS,
         help="partitions of the demo topic (default %(default)s)",
     )
-    parser.add_argument(
-        "--progress", choices=("on", "off"), default="on", help="show download spinners (default on)"
-    )
+    add_progress_option(parser, "download spinners")
     return parser
 
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from group_replay import parse_args
+from group_replay import add_progress_option, parse_args
 from replay.brokers import group_settings
 from replay.events import EventName, RebalanceEvent, write_jsonl, write_parquet
 from replay.scenario import ScenarioError, builtin_names, load_builtin, resolve_scenario, scenario_text
@@ -250,9 +250,7 @@ def replay_main(argv: list[str]) -> int:
         help="events.jsonl, or events.parquet (needs pyarrow); one file, since the validator reads every "
         "event file under a directory",
     )
-    parser.add_argument(
-        "--progress", choices=("on", "off"), default="on", help="show each run's progress (default on)"
-    )
+    add_progress_option(parser, "each run's progress")
     parser.add_argument(
         "--junit-xml", type=Path, metavar="FILE", help="JUnit XML: one test case per session x run (for CI)"
     )

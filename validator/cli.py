@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from group_replay import parse_args
+from group_replay import add_progress_option, parse_args
 from validator.session import java_problem
 
 EXIT_OK, EXIT_DIFFERENCES, EXIT_INPUT = 0, 1, 2
@@ -54,9 +54,7 @@ def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser
     parser.add_argument("--report", type=Path, help="write the self-contained HTML report here")
     parser.add_argument("--out", type=Path, help="write the Parquet tables under this directory")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    parser.add_argument(
-        "--progress", choices=("on", "off"), default="on", help="show job stages (default on)"
-    )
+    add_progress_option(parser, "job stages")
     parser.add_argument(
         "--max-bad-rows",
         type=int,
