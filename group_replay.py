@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+    from enum import Enum
 
 # subcommand -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -66,6 +71,29 @@ def missing_extras(*extras: str) -> str | None:
     names = ", ".join(module for _, module in missing)
     extras_named = " and ".join(sorted(set(wanted))) + (" extra" if len(set(wanted)) == 1 else " extras")
     return f"needs the {extras_named} ({names} not installed): {install_hint(wanted)}"
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | int:
+    """`parser.parse_args(argv)`, or the exit code where argparse would exit instead: 0 after
+    `--help`, 2 on a usage error (argparse has printed why). Every command module's `main` starts
+    with it, so a command returns its code rather than raising SystemExit."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return 0 if exc.code in (0, None) else 2
+
+
+def add_enum_option(parser: argparse.ArgumentParser, flag: str, default: Enum, help: str) -> None:
+    """`flag` takes one of the values of `default`'s enum, `default` when not given; the parsed value
+    is the string (the enum's constructor gives back the member)."""
+    parser.add_argument(
+        flag, choices=[str(member.value) for member in type(default)], default=str(default.value), help=help
+    )
+
+
+def add_progress_option(parser: argparse.ArgumentParser, shows: str) -> None:
+    """Every long command's `--progress on|off` (on by default; off for CI logs): `shows` says what."""
+    parser.add_argument("--progress", choices=("on", "off"), default="on", help=f"show {shows} (default on)")
 
 
 def _missing_module_line(name: str, exc: ModuleNotFoundError) -> str | None:

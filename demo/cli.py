@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from group_replay import add_progress_option, parse_args
+
 DEFAULT_SCENARIOS: tuple[str, ...] = ("mixed-static-dynamic-group", "dynamic-to-static-rolling-upgrade")
 DEFAULT_SPEED = 4.0
 """Live replays compress the idle gaps four times; they go at 1x while one of the broker's own
@@ -126,9 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_PARTITIONS,
         help="partitions of the demo topic (default %(default)s)",
     )
-    parser.add_argument(
-        "--progress", choices=("on", "off"), default="on", help="show download spinners (default on)"
-    )
+    add_progress_option(parser, "download spinners")
     return parser
 
 
@@ -344,10 +344,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _loop(argv: list[str]) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) and 2
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     if args.speed <= 0 or args.partitions < 1:
         print("group-replay demo: --speed must be > 0 and --partitions >= 1", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ from demo.security import ClientSecurity
 from harness import paths
 from harness.broker import child_preexec
 from harness.maven import ProgressCallback, client_libs, java_path
-from harness.owned import Owned
+from harness.owned import Owned, StopsOnExit
 
 # Oldest kafka-clients we support: the class is compiled against it so every newer one runs it.
 JAVA_COMPILE_AGAINST = "2.4.1"
@@ -209,7 +209,7 @@ def command_for(spec: ConsumerSpec, progress: ProgressCallback | None = None) ->
 _LIVE: Owned[ConsumerProcess] = Owned(lambda consumer: consumer.kill())
 
 
-class ConsumerProcess:
+class ConsumerProcess(StopsOnExit):
     """A running consumer. Its JSON lines are collected on a reader thread into `events`."""
 
     def __init__(self, spec: ConsumerSpec, progress: ProgressCallback | None = None) -> None:
@@ -320,12 +320,6 @@ class ConsumerProcess:
             self.process.kill()
         _LIVE.discard(self)
         return int(self.process.wait())
-
-    def __enter__(self) -> ConsumerProcess:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def start_consumer(spec: ConsumerSpec, progress: ProgressCallback | None = None) -> ConsumerProcess:

@@ -26,6 +26,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from group_replay import parse_args
+
 DEFAULT_TOPIC = "demo-walkthrough"
 DEFAULT_GROUP = "demo-walkthrough-group"
 DEFAULT_WAIT_S = 300.0
@@ -127,10 +129,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) and 2
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     from group_replay import missing_extras
 
     problem = missing_extras("clients")

@@ -40,7 +40,7 @@ from harness.launch import cluster_id as cluster_id
 from harness.launch import plan_broker as plan_broker
 from harness.lines import DEFAULT_KAFKA_VERSION, Mode
 from harness.maven import ProgressCallback
-from harness.owned import Owned
+from harness.owned import Owned, StopsOnExit
 from harness.probe import NotAnswering, wait_answering
 
 DEFAULT_READY_TIMEOUT_MS = 90_000
@@ -97,7 +97,7 @@ _LIVE: Owned[Broker] = Owned(lambda broker: broker.stop())
 
 
 @dataclass(eq=False)
-class Broker:
+class Broker(StopsOnExit):
     """A running broker. Use as a context manager, or call `stop()`; `.bootstrap` is host:port."""
 
     plan: LaunchPlan
@@ -179,12 +179,6 @@ class Broker:
         are loaded back from __consumer_offsets)."""
         self.stop(remove_data=False)
         self.start_again(ready_timeout_ms)
-
-    def __enter__(self) -> Broker:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"Broker(kafka_version={self.kafka_version!r}, bootstrap={self.bootstrap!r}, pid={self.pid})"

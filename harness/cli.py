@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from group_replay import add_enum_option, add_progress_option, parse_args
 from harness import paths
 from harness.broker import (
     SASL_MECHANISMS,
@@ -121,10 +122,10 @@ def _parser() -> argparse.ArgumentParser:
         help="run the nodes as local processes, or in containers of a locally built image "
         "(testcontainers on podman; PLAINTEXT listeners only) (default %(default)s)",
     )
-    start.add_argument(
+    add_enum_option(
+        start,
         "--security",
-        choices=[str(s) for s in Security],
-        default=str(Security.PLAINTEXT),
+        Security.PLAINTEXT,
         help="the client listener's security: TLS certificates (a CA, the brokers', and one for a "
         "TLS proxy) are made in the state dir; prints that listener's bootstrap and writes "
         "client.properties / librdkafka.properties for it (default %(default)s)",
@@ -143,9 +144,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME:PASSWORD",
         help="a SASL user (repeatable; the first goes into the client configs)",
     )
-    start.add_argument(
-        "--progress", choices=["on", "off"], default="on", help="show jar downloads (default on)"
-    )
+    add_progress_option(start, "jar downloads")
     _add_state_dir(start)
     stop = sub.add_parser("stop", help="stop a broker started with `start` (by id, or all of a state dir)")
     stop.add_argument(
@@ -248,10 +247,9 @@ def _print_table(states: list[BrokerState], clusters: list[ClusterState]) -> Non
 
 
 def broker_main(argv: list[str]) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
     with _state_dir(args.state_dir):
         match args.action:
             case "start":

@@ -33,6 +33,7 @@ from harness.broker import (
 from harness.launch import DEFAULT_HEAP_MB, BrokerError, SecureListener, cluster_id, plan_broker
 from harness.lines import DEFAULT_KAFKA_VERSION, Mode
 from harness.maven import ProgressCallback
+from harness.owned import StopsOnExit
 
 # A 3-node cluster that keeps its groups when one node stops: the offsets topic (whose partition
 # leader is the group coordinator) is replicated to every node, one in-sync replica suffices.
@@ -47,7 +48,7 @@ CLUSTER_SETTINGS: dict[str, str] = {
 
 
 @dataclass(eq=False)
-class Cluster:
+class Cluster(StopsOnExit):
     """Running KRaft nodes (broker+controller each, node ids 1..N, one controller quorum)."""
 
     brokers: list[Broker]
@@ -97,12 +98,6 @@ class Cluster:
                     broker.process.send_signal(signal.SIGTERM)
         for broker in self.brokers:
             broker.stop()
-
-    def __enter__(self) -> Cluster:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def start_cluster(

@@ -1,13 +1,15 @@
 """Child processes this interpreter started and still owns: each is ended when the interpreter
 exits (atexit), unless it was stopped before. One registry type for brokers (harness.broker) and
-consumer processes (demo.clients)."""
+consumer processes (demo.clients); and the `with` of everything this harness starts: it stops on
+the way out."""
 
 from __future__ import annotations
 
 import atexit
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, Self, TypeVar
 
 _Child = TypeVar("_Child")
 
@@ -35,3 +37,17 @@ class Owned(Generic[_Child]):
             children = list(self._children)
         for child in children:
             self._end(child)
+
+
+class StopsOnExit(ABC):
+    """`with thing:` stops `thing` however the block ends (a broker, a cluster of processes or of
+    containers, a consumer process)."""
+
+    @abstractmethod
+    def stop(self) -> object: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

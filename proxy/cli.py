@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from group_replay import add_enum_option
 from proxy.capture.header import RecordScope
 from proxy.server import ProxyConfig, ProxyServer, parse_hostport
 from proxy.session import DEFAULT_MAX_BUFFERED_BYTES
@@ -45,10 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--advertise-host", default=None, help="host named in rewritten broker addresses")
     parser.add_argument("--record", metavar="FILE", help="write a pcapng capture (see --record-scope)")
-    parser.add_argument(
+    add_enum_option(
+        parser,
         "--record-scope",
-        choices=[str(scope) for scope in RecordScope],
-        default=str(RecordScope.GROUP),
+        RecordScope.GROUP,
         help="group (default): record the group APIs, ApiVersions, Metadata, FindCoordinator, "
         "DescribeCluster and SASL (redacted) in full, every other frame (Produce, Fetch, ...) as its "
         "header only, in a packet that keeps the frame's length; all: every frame in full",

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from group_replay import add_progress_option, parse_args
 from replay.brokers import group_settings
 from replay.events import EventName, RebalanceEvent, write_jsonl, write_parquet
 from replay.scenario import ScenarioError, builtin_names, load_builtin, resolve_scenario, scenario_text
@@ -54,10 +55,9 @@ def scenarios_main(argv: list[str]) -> int:
     show.add_argument(
         "name", metavar="NAME|FILE", help="a built-in name (`group-replay scenarios list`) or a YAML file"
     )
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
     if args.action == "list":
         from rich.table import Table
 
@@ -250,19 +250,16 @@ def replay_main(argv: list[str]) -> int:
         help="events.jsonl, or events.parquet (needs pyarrow); one file, since the validator reads every "
         "event file under a directory",
     )
-    parser.add_argument(
-        "--progress", choices=("on", "off"), default="on", help="show each run's progress (default on)"
-    )
+    add_progress_option(parser, "each run's progress")
     parser.add_argument(
         "--junit-xml", type=Path, metavar="FILE", help="JUnit XML: one test case per session x run (for CI)"
     )
     parser.add_argument(
         "--summary-json", type=Path, metavar="FILE", help="the runs, their verdicts and the exit code as JSON"
     )
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
     err = _console(stderr=True)
     try:
         scenarios = [resolve_scenario(name) for name in args.scenario or ["as-recorded"]]

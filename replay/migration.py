@@ -189,17 +189,19 @@ def read_broker(reader: YamlReader, node: yaml.Node) -> BrokerRules:
     return BrokerRules(build, policy)
 
 
-def _bound(reader: YamlReader, node: yaml.Node, path: str) -> Bound:
+def read_bound(reader: YamlReader, node: yaml.Node, path: str, limit: int = MAX_BOUND) -> Bound:
+    """`{min: L, max: H}` (either may be left out) or an exact N, each in 0..limit (the migration
+    expectations here, a scenario's expected counts in replay.scenario)."""
     if isinstance(node, yaml.MappingNode):
         fields = reader.mapping(node, path, {"min", "max"})
         if not fields:
             raise reader.fail(node, path, "give min, max or both")
-        low = reader.integer(fields["min"], f"{path}.min", 0, MAX_BOUND) if "min" in fields else None
-        high = reader.integer(fields["max"], f"{path}.max", 0, MAX_BOUND) if "max" in fields else None
+        low = reader.integer(fields["min"], f"{path}.min", 0, limit) if "min" in fields else None
+        high = reader.integer(fields["max"], f"{path}.max", 0, limit) if "max" in fields else None
         if low is not None and high is not None and low > high:
             raise reader.fail(node, path, f"min {low} > max {high}")
         return Bound(low, high)
-    exact = reader.integer(node, path, 0, MAX_BOUND)
+    exact = reader.integer(node, path, 0, limit)
     return Bound(exact, exact)
 
 
@@ -232,10 +234,10 @@ def read_expectations(reader: YamlReader, fields: dict[str, yaml.Node]) -> Migra
         if "group_type" in fields
         else None,
         refused=_refused(reader, fields["refused"], "expect.refused") if "refused" in fields else None,
-        rejoins_per_step=_bound(reader, fields["rejoins_per_step"], "expect.rejoins_per_step")
+        rejoins_per_step=read_bound(reader, fields["rejoins_per_step"], "expect.rejoins_per_step")
         if "rejoins_per_step" in fields
         else None,
-        partitions_moved_per_step=_bound(
+        partitions_moved_per_step=read_bound(
             reader, fields["partitions_moved_per_step"], "expect.partitions_moved_per_step"
         )
         if "partitions_moved_per_step" in fields
@@ -367,6 +369,7 @@ __all__ = [
     "check",
     "is_refusal",
     "read_assignors",
+    "read_bound",
     "read_broker",
     "read_expectations",
     "read_protocol",

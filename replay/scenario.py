@@ -87,7 +87,7 @@ from proxy.membership import (
 )
 from proxy.yaml_reader import YamlInputError, YamlReader, compose, read_text
 from replay import migration
-from replay.migration import BrokerRules, GroupProtocol, MigrationExpectations
+from replay.migration import Bound, BrokerRules, GroupProtocol, MigrationExpectations
 
 DEFAULT_DURATION_MS = 30_000
 T = TypeVar("T")
@@ -207,12 +207,7 @@ class CountExpectation:
             if unmatched or missing:
                 return f"expected {list(self.member_keys)}, saw {distinct}"
             return None
-        count = len(seen)
-        if self.minimum is not None and count < self.minimum:
-            return f"expected at least {self.minimum}, saw {count}"
-        if self.maximum is not None and count > self.maximum:
-            return f"expected at most {self.maximum}, saw {count}"
-        return None
+        return Bound(self.minimum, self.maximum).check(len(seen))
 
     def describe(self) -> str:
         if self.member_keys is not None:
@@ -325,21 +320,8 @@ class _Reader(YamlReader):
             return CountExpectation(
                 member_keys=tuple(self.string(n, f"{path}[{i}]") for i, n in enumerate(node.value))
             )
-        if isinstance(node, yaml.MappingNode):
-            fields = self.mapping(node, path, {"min", "max"})
-            if not fields:
-                raise self.fail(node, path, "give min, max or both")
-            lo = (
-                self.integer(fields["min"], f"{path}.min", 0, MAX_EXPECTED_COUNT) if "min" in fields else None
-            )
-            hi = (
-                self.integer(fields["max"], f"{path}.max", 0, MAX_EXPECTED_COUNT) if "max" in fields else None
-            )
-            if lo is not None and hi is not None and lo > hi:
-                raise self.fail(node, path, f"min {lo} > max {hi}")
-            return CountExpectation(minimum=lo, maximum=hi)
-        exact = self.integer(node, path, 0, MAX_EXPECTED_COUNT)
-        return CountExpectation(minimum=exact, maximum=exact)
+        bound = migration.read_bound(self, node, path, MAX_EXPECTED_COUNT)
+        return CountExpectation(minimum=bound.minimum, maximum=bound.maximum)
 
     def optional_int(
         self, fields: dict[str, yaml.Node], key: str, path: str, default: int, low: int, high: int

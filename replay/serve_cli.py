@@ -12,6 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
+from group_replay import add_enum_option, parse_args
 from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
 from replay.coordinator.consumer.group import MigrationPolicy
@@ -80,24 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     s.add_argument("--port", type=int, default=9092, help="0 picks a free port (printed on stdout)")
     s.add_argument("--topics", default="", help="topics and partition counts: events:6,orders:3")
-    s.add_argument(
+    add_enum_option(
+        s,
         "--behaviour",
-        choices=[b.value for b in KafkaBehaviour],
-        default=KafkaBehaviour.SCALA_3_9.value,
+        KafkaBehaviour.SCALA_3_9,
         help="which Kafka coordinator to behave as (default %(default)s)",
     )
     for flag, default, kafka_name in _kafka_int_settings():
         s.add_argument(flag, type=int, default=default, help=f"Kafka's {kafka_name} (default %(default)s)")
-    s.add_argument(
+    add_enum_option(
+        s,
         "--consumer-group-behaviour",
-        choices=[b.value for b in ConsumerGroupBehaviour],
-        default=ConsumerGroupBehaviour.KAFKA_4_3.value,
+        ConsumerGroupBehaviour.KAFKA_4_3,
         help="which Kafka build's KIP-848 consumer group rules to follow (default %(default)s)",
     )
-    s.add_argument(
+    add_enum_option(
+        s,
         "--consumer-group-migration-policy",
-        choices=[p.value for p in MigrationPolicy],
-        default=MigrationPolicy.DISABLED.value,
+        MigrationPolicy.DISABLED,
         help="Kafka's group.consumer.migration.policy: the online classic <-> consumer group "
         "conversion (default %(default)s; Kafka's default is bidirectional)",
     )
@@ -113,11 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) if exc.code in (0, None) else 2
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         topics = parse_topics(args.topics)
     except ValueError as exc:

@@ -18,6 +18,7 @@ from demo.clients import (
     start_consumer,
 )
 from harness.lines import KAFKA_39
+from tests.support.consumers import static_member_of
 
 KINDS = [
     (ClientKind.CONFLUENT, None),
@@ -78,14 +79,8 @@ def test_static_member_of_each_kind_gets_partitions(broker_factory, make_topic, 
     kind, java_version = kind_version
     broker = broker_factory(KAFKA_39, new_coordinator=False)
     topic = make_topic(broker.bootstrap, partitions=2, prefix=f"c-{_ids(kind_version)}")
-    spec = ConsumerSpec(
-        kind,
-        broker.bootstrap,
-        group_id=f"g-{topic}",
-        topics=(topic,),
-        group_instance_id=f"inst-{_ids(kind_version)}",
-        client_id=f"cli-{_ids(kind_version)}",
-        java_client_version=java_version or "3.9.2",
+    spec = static_member_of(
+        kind, broker.bootstrap, topic, _ids(kind_version), java_client_version=java_version or "3.9.2"
     )
     expected = (f"{topic}-0", f"{topic}-1")
     with start_consumer(spec) as consumer:

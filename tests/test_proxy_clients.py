@@ -17,6 +17,7 @@ from harness.admin import create_topic
 from harness.lines import KAFKA_39
 from proxy.capture.reader import exchanges, read_capture
 from proxy.wire import ApiKey
+from tests.support.consumers import static_member_of
 from tests.support.proxy import ProxyProcess
 from tests.test_capture_tshark import TSHARK, tshark_fields
 
@@ -39,14 +40,7 @@ def recorded(broker_factory, tmp_path_factory) -> Iterator[tuple[Path, dict[Clie
         for kind in EXPECTED_JOIN_VERSION:
             topic = f"px-{kind.value}-{os.getpid()}"
             create_topic(broker.bootstrap, topic, 2)
-            spec = ConsumerSpec(
-                kind,
-                proxy.bootstrap,
-                group_id=f"g-{topic}",
-                topics=(topic,),
-                group_instance_id=f"inst-{kind.value}",
-                client_id=f"cli-{kind.value}",
-            )
+            spec = static_member_of(kind, proxy.bootstrap, topic, kind.value)
             specs[kind] = spec
             consumers.append(start_consumer(spec))
         for consumer in consumers:

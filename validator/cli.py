@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from group_replay import add_progress_option, parse_args
 from validator.session import java_problem
 
 EXIT_OK, EXIT_DIFFERENCES, EXIT_INPUT = 0, 1, 2
@@ -53,9 +54,7 @@ def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser
     parser.add_argument("--report", type=Path, help="write the self-contained HTML report here")
     parser.add_argument("--out", type=Path, help="write the Parquet tables under this directory")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    parser.add_argument(
-        "--progress", choices=("on", "off"), default="on", help="show job stages (default on)"
-    )
+    add_progress_option(parser, "job stages")
     parser.add_argument(
         "--max-bad-rows",
         type=int,
@@ -74,11 +73,9 @@ def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser
 
 def run(argv: list[str], *, master_from_submit: bool = False) -> int:
     """The command; `master_from_submit` leaves the master to `spark-submit` (spark_main.py)."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     console = Console(stderr=True)
     problem = missing_spark_extra() or java_problem()
     if problem is not None:

@@ -43,6 +43,7 @@ from harness.container.kafka import (
 )
 from harness.launch import BrokerError, cluster_id
 from harness.maven import ProgressCallback
+from harness.owned import StopsOnExit
 
 INTERNAL_PORT = 9094
 
@@ -84,7 +85,7 @@ class ClusterNodeContainer(ApacheKafkaContainer):
 
 
 @dataclass(eq=False)
-class ContainerCluster:
+class ContainerCluster(StopsOnExit):
     """Running node containers (ids 1..N); `bootstrap` lists every running node's mapped port."""
 
     nodes: list[ClusterNodeContainer]
@@ -116,12 +117,6 @@ class ContainerCluster:
         for node in self.nodes:
             with contextlib.suppress(Exception):
                 node.stop()
-
-    def __enter__(self) -> ContainerCluster:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def start_container_cluster(

@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from group_replay import parse_args
 from proxy.capture.reader import Capture, CaptureFormatError, Exchange, exchanges, read_capture
 from proxy.wire import (
     GROUP_API_KEYS,
@@ -299,9 +300,8 @@ def show(
 
 
 def main(argv: list[str]) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) and 2
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
     group_only = not args.all if args.action == "show" else False
     return show(args.file, leg=args.leg, group_only=group_only, fmt=args.format)

@@ -219,6 +219,16 @@ class SectionHeader:
         return result
 
 
+def _json_object(comment: str) -> dict[str, Any] | None:
+    """The JSON object a comment holds; None for any other comment (not JSON, or not an object):
+    the reader skips comments other tools wrote."""
+    try:
+        raw = json.loads(comment)
+    except ValueError:
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
 def encode_section_header(
     *,
     tool_version: str,
@@ -242,11 +252,8 @@ def encode_section_header(
 
 def decode_section_header(comment: str) -> SectionHeader | None:
     """The header in `comment`, or None when the comment is not a group-replay header."""
-    try:
-        raw = json.loads(comment)
-    except ValueError:
-        return None
-    if not isinstance(raw, dict) or raw.get("format") != CAPTURE_FORMAT:
+    raw = _json_object(comment)
+    if raw is None or raw.get("format") != CAPTURE_FORMAT:
         return None
     problems: list[str] = []
 
@@ -408,11 +415,8 @@ def _typed(raw: dict[str, Any], name: str, types: tuple[type, ...]) -> bool:
 def decode_packet_comment(text: str) -> dict[str, Any] | None:
     """A frame or event comment as a checked mapping; None for comments that are neither (other
     tools may add comments); raises CommentError for one of ours that is damaged."""
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(raw, dict) or "conn" not in raw:
+    raw = _json_object(text)
+    if raw is None or "conn" not in raw:
         return None
     table = EVENT_COMMENT_FIELDS if "event" in raw else FRAME_COMMENT_FIELDS
     for name, types in table.items():

@@ -1,9 +1,12 @@
-"""Waiting on real confluent-kafka consumers (shared by the consumer-group serve and wire tests)."""
+"""Waiting on real confluent-kafka consumers (shared by the consumer-group serve and wire tests), and
+the spec of a live client test's static member (demo.clients)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from demo.clients import ClientKind, ConsumerSpec
 
 
 def settled(
@@ -21,3 +24,17 @@ def settled(
         if complete and all(held) and (want is None or held == [want]):
             return held
     raise AssertionError(f"not settled after {timeout_s} s: {held}")
+
+
+def static_member_of(kind: ClientKind, bootstrap: str, topic: str, name: str, **more: Any) -> ConsumerSpec:
+    """A static member alone in the group `g-{topic}` on `topic`: group.instance.id `inst-{name}`,
+    client.id `cli-{name}` (how the live client tests tell their members apart)."""
+    return ConsumerSpec(
+        kind,
+        bootstrap,
+        group_id=f"g-{topic}",
+        topics=(topic,),
+        group_instance_id=f"inst-{name}",
+        client_id=f"cli-{name}",
+        **more,
+    )
