@@ -235,7 +235,11 @@ def run_format(plan: LaunchPlan) -> None:
     """StorageTool format, with the version's class archive (harness.class_archive)."""
     command = plan.format_command()
     archive = class_archive(command[0], plan.libs, "kafka.tools.StorageTool")
-    result = subprocess.run(with_archive(command, archive), capture_output=True, text=True, timeout=120)
+    try:
+        result = subprocess.run(with_archive(command, archive), capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        archive.discard()
+        raise
     if result.returncode == 0:
         archive.keep()
     else:
