@@ -8,7 +8,8 @@ their own and the last one wins, and no JVM ever maps a partial file). Later for
 (`-XX:SharedArchiveFile`): 2.1-3.7 s -> 1.0-1.6 s wall and 1.1 -> 0.6 s CPU a format on the
 shared 2-core machine (load 7). A JVM that cannot use an archive (another JDK build, changed
 jars) warns and runs without it; one that does not know the options (before JDK 13) is run again
-without them (`run_format`).
+without them (`run_format`). tests/support/admin_tool.py maps one for Kafka's
+`kafka-consumer-groups` tool the same way.
 """
 
 from __future__ import annotations
