@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from harness import paths
+from harness.class_archive import class_archive, with_archive
 from harness.launch import DEFAULT_HEAP_MB as DEFAULT_HEAP_MB
 from harness.launch import SASL_MECHANISMS as SASL_MECHANISMS
 from harness.launch import SECURITY_PROTOCOLS as SECURITY_PROTOCOLS
@@ -225,7 +226,20 @@ def _terminate(process: subprocess.Popen[bytes], timeout_ms: int) -> None:
 
 
 def run_format(plan: LaunchPlan) -> None:
-    result = subprocess.run(plan.format_command(), capture_output=True, text=True, timeout=120)
+    """StorageTool format, with the version's class archive (harness.class_archive)."""
+    command = plan.format_command()
+    archive = class_archive(command[0], plan.libs, "kafka.tools.StorageTool")
+    try:
+        result = subprocess.run(with_archive(command, archive), capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        archive.discard()
+        raise
+    if result.returncode == 0:
+        archive.keep()
+    else:
+        archive.discard()
+        if _NO_JVM in result.stdout + result.stderr:  # a JDK without the archive options (before 13)
+            result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         output = result.stdout + result.stderr
         causes = [line for line in output.splitlines() if _CAUSE.search(line)][:6]
@@ -236,6 +250,7 @@ def run_format(plan: LaunchPlan) -> None:
         )
 
 
+_NO_JVM = "Could not create the Java Virtual Machine"
 _CAUSE = re.compile(r"Exception|ERROR|Caused by|error:", re.IGNORECASE)
 
 

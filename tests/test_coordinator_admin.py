@@ -9,7 +9,6 @@ codes only: member ids differ) must be identical.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ from proxy.wire.consumer_protocol import encode_subscription
 from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 from replay.coordinator import requests as Q
 from tests.coordinator_sim import Sim
+from tests.support.admin_tool import both_sides, consumer_groups
 from tests.support.serve import WireClient, start_serve
 
 E = ErrorCode
@@ -228,11 +228,7 @@ def _tool_outputs(classpath: str, port: int, empty: str, live: str, topic: str) 
         ["--delete", "--group", empty],
         ["--delete", "--group", empty],
     ):
-        done = subprocess.run(
-            ["java", "-cp", classpath, "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-             "--bootstrap-server", f"127.0.0.1:{port}", *args],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        done = consumer_groups(classpath, port, *args, timeout_s=120)
         outputs.append((done.returncode, " ".join(done.stdout.split())))
     return outputs
 
@@ -269,10 +265,9 @@ def test_kafka_consumer_groups_delete_and_delete_offsets_against_serve(
             loop.close()
         return outputs
 
-    kafka = run(port)
     process, served_port = start_serve(f"{topic},{other}", group_settings=NO_INITIAL_DELAY)
     try:
-        served = run(served_port)
+        kafka, served = both_sides(lambda: run(port), lambda: run(served_port))
     finally:
         process.terminate()
         process.wait(timeout=10)

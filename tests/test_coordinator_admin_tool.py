@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 from harness.lines import KAFKA_4X
 from proxy.wire.consumer_protocol import encode_assignment, encode_subscription
 from replay.coordinator import requests as Q
+from tests.support.admin_tool import both_sides, consumer_groups
 from tests.support.serve import WireClient, start_serve
 
 # What the tools log (slf4j, log4j, their config dumps: tab-indented) rather than print.
@@ -70,11 +70,7 @@ async def _setup(port: int, empty: str, live: str, topic: str) -> tuple[WireClie
 
 
 def _tool(classpath: str, port: int, *args: str) -> tuple[int, str]:
-    done = subprocess.run(
-        ["java", "-cp", classpath, "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-         "--bootstrap-server", f"127.0.0.1:{port}", *args],
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+    done = consumer_groups(classpath, port, *args, timeout_s=180)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -157,14 +153,15 @@ def test_kafka_consumer_groups_prints_the_same_against_serve_and_kafka(
     empty, live = f"empty-{topic}", f"live-{topic}"
     port = int(broker.bootstrap.rpartition(":")[2])
     asyncio.run(wait_coordinator_ready("127.0.0.1", port, (empty, live)))
-    kafka = _outputs(classpath, port, empty, live, topic)
-
     process, served_port = start_serve(
         f"{topic}:2", "--behaviour", TOOL_VERSIONS[tool_version],
         group_settings=("--group-initial-rebalance-delay-ms", "0"),
     )  # fmt: skip
     try:
-        served = _outputs(classpath, served_port, empty, live, topic)
+        kafka, served = both_sides(
+            lambda: _outputs(classpath, port, empty, live, topic),
+            lambda: _outputs(classpath, served_port, empty, live, topic),
+        )
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -303,13 +300,15 @@ def test_kafka_consumer_groups_describes_a_mixed_group_as_kafka_does(
     group = f"mixed-{topic}"
     port = int(broker.bootstrap.rpartition(":")[2])
     asyncio.run(wait_coordinator_ready("127.0.0.1", port, (group,)))
-    kafka = _mixed_outputs(classpath, port, group, topic)
     process, served_port = start_serve(
         f"{topic}:2", "--behaviour", "new-coordinator", "--consumer-group-migration-policy", "bidirectional",
         group_settings=("--group-initial-rebalance-delay-ms", "0"),
     )  # fmt: skip
     try:
-        served = _mixed_outputs(classpath, served_port, group, topic)
+        kafka, served = both_sides(
+            lambda: _mixed_outputs(classpath, port, group, topic),
+            lambda: _mixed_outputs(classpath, served_port, group, topic),
+        )
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -215,3 +215,38 @@ def test_cluster_ids_never_look_like_options() -> None:
     ids = [cluster_id() for _ in range(2000)]
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids) and len(set(ids)) == len(ids)
+
+
+@needs_java
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_format_step_dumps_its_class_archive_once_then_maps_it(tmp_path, monkeypatch) -> None:
+    """The first format of a version on a JDK leaves the archive (and no dump file); later ones
+    map it: with -Xshare:on a JVM that cannot map its archive exits instead of running without."""
+    import shutil
+    import subprocess
+
+    from harness import class_archive as archives
+    from harness.broker import run_format
+
+    plan = plan_broker(KAFKA_39, work_dir=tmp_path / "w")  # its jars from the shared cache
+    plan.write_files()
+    monkeypatch.setattr(archives.paths, "cache_root", lambda: tmp_path / "cache")
+    command = plan.format_command()
+    first = archives.class_archive(command[0], plan.libs, "kafka.tools.StorageTool")
+    assert first.dump_path is not None and not first.path.exists()
+    run_format(plan)
+    assert sorted((tmp_path / "cache" / "class-archives").iterdir()) == [first.path]
+    mapped = archives.class_archive(command[0], plan.libs, "kafka.tools.StorageTool")
+    assert mapped == archives.ClassArchive(first.path, None)
+    strict = archives.with_archive([command[0], "-Xshare:on", *command[1:]], mapped)
+
+    def format_again() -> int:
+        shutil.rmtree(plan.data_dir)  # a fresh directory (the command's cluster id is another)
+        return subprocess.run(strict, capture_output=True, timeout=120).returncode
+
+    assert format_again() == 0
+    first.path.chmod(0o644)
+    first.path.write_bytes(b"not an archive")
+    assert format_again() != 0

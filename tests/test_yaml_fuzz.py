@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ POLICY_CASES = 200
 REPLAYS = 30  # mutated scenarios that parse are also replayed against the reference, up to this many
 LIMIT_S = 60.0  # a hang guard, not a timing: a case past it is a hang
 ROOT = Path(__file__).resolve().parents[1]
+QUIET = ("--progress", "off")
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,8 @@ def test_mutated_policies_through_the_proxy_cli(tmp_path: Path) -> None:
 
 
 def test_a_few_through_a_subprocess(tmp_path: Path, capture: Path) -> None:
-    """The same rule with the console script's own process: exit code, stderr, no traceback."""
+    """The same rule with the console script's own process: exit code, stderr, no traceback.
+    The seven processes are independent (each its own output directory) and run together."""
     picked: dict[bool, list[Path]] = {True: [], False: []}
     for case, content in mutations(scenario_seeds(), 200, seed=181):
         path = write(tmp_path / f"scenario-{case}.yaml", content)
@@ -105,29 +108,30 @@ def test_a_few_through_a_subprocess(tmp_path: Path, capture: Path) -> None:
         )
         if len(picked[parses.exit_code == 0]) < 3:
             picked[parses.exit_code == 0].append(path)
+        if len(picked[True]) == len(picked[False]) == 3:
+            break  # the first three of each kind are picked; the later cases would not change them
     assert len(picked[True]) == len(picked[False]) == 3
     runs = [["scenarios", "show", str(p)] for p in picked[False]]
     runs += [
-        ["replay", str(capture), "--scenario", str(p), "--out", str(tmp_path / "out")] for p in picked[True]
+        ["replay", str(capture), "--scenario", str(p), "--out", str(tmp_path / f"out-{i}"), *QUIET]
+        for i, p in enumerate(picked[True])
     ]
     bad_policy = write(tmp_path / "policy.yaml", POLICY_SEEDS[1][:40])
     runs.append(
         ["proxy", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--policy", str(bad_policy)]
     )
-    for argv in runs:
+
+    def run(argv: list[str]) -> str | None:
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "group_replay",
-                *argv,
-                *(["--progress", "off"] if argv[0] == "replay" else []),
-            ],
+            [sys.executable, "-m", "group_replay", *argv],
             capture_output=True,
             text=True,
             cwd=ROOT,
             timeout=LIMIT_S,
             check=False,
         )
-        problem = rule_problem(done.returncode, done.stderr, argv[-1] if argv[0] != "replay" else None)
-        assert problem is None, (argv, problem)
+        return rule_problem(done.returncode, done.stderr, argv[-1] if argv[0] != "replay" else None)
+
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        problems = list(pool.map(run, runs))
+    assert problems == [None] * len(runs), list(zip(runs, problems, strict=True))
