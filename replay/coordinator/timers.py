@@ -11,18 +11,29 @@ timeout, would otherwise leave one stale entry per heartbeat for 30 minutes). Wh
 not asked on every schedule (two len() per heartbeat were measurable): each check computes how many
 more schedules the heap needs before it could outgrow the bound, and the next check waits for that
 sequence number.
+
+Rescheduling a key to the same or a later deadline (a session timer on every heartbeat) pushes
+nothing and allocates nothing: the key's live entry is a list updated in place, and its heap entry
+stays where it is, marking a deadline no later than the real one. When that entry surfaces (it is
+the earliest), it is pushed again at the key's real deadline and sequence number, so timers still
+fire in (deadline, scheduling order) order: an entry surfaces no later than its real place in that
+order, and is moved there before anything behind it fires. A member heartbeating every few seconds
+with a 45 s session timeout then costs a heap push per session timeout instead of per heartbeat.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import Any
 
 TimerAction = Callable[[int], None]
 
-# A live timer: (deadline_ms, seq, action). Tuples, not objects: rescheduling a member's
-# heartbeat timer is the hottest path of a large group.
-_Entry = tuple[int, int, TimerAction]
+# A live timer, mutable so that a later deadline is written in place: [deadline_ms, seq, action,
+# heap_seq, heap_deadline_ms], the last two those of the heap entry that stands for it (pushed with
+# a deadline no later than deadline_ms). Lists, not objects: rescheduling a member's heartbeat
+# timer is the hottest path of a large group.
+_Entry = list[Any]
 
 # Rebuild when the heap holds more than 2 x live + this many entries: amortised O(1) per
 # schedule, and a small heap is never rebuilt. (Timers cancelled or fired since the last check
@@ -35,8 +46,8 @@ class KeyedTimers:
     __slots__ = ("_check_at", "_live", "_seq", "heap")
 
     def __init__(self) -> None:
-        # (deadline_ms, seq, key), stale entries included: `heap[0][0]` is never later than the
-        # next live deadline (the coordinator's cheap "is anything due?" test). Read only.
+        # (deadline_ms, seq, key), stale and early entries included: `heap[0][0]` is never later
+        # than the next live deadline (the coordinator's cheap "is anything due?" test). Read only.
         self.heap: list[tuple[int, int, str]] = []
         self._live: dict[str, _Entry] = {}
         self._seq = 0
@@ -44,7 +55,14 @@ class KeyedTimers:
 
     def schedule(self, key: str, deadline_ms: int, action: TimerAction) -> None:
         seq = self._seq = self._seq + 1
-        self._live[key] = (deadline_ms, seq, action)
+        entry = self._live.get(key)
+        if entry is not None and entry[4] <= deadline_ms:
+            # Its heap entry surfaces no later than the new deadline: moved then (`_surface`).
+            entry[0] = deadline_ms
+            entry[1] = seq
+            entry[2] = action
+            return
+        self._live[key] = [deadline_ms, seq, action, seq, deadline_ms]
         heapq.heappush(self.heap, (deadline_ms, seq, key))
         if seq >= self._check_at:
             self._maybe_compact(seq)
@@ -52,10 +70,13 @@ class KeyedTimers:
     def _maybe_compact(self, seq: int) -> None:
         live = self._live
         if len(self.heap) > 2 * len(live) + COMPACT_SLACK:
-            heap = [(deadline_ms, s, key) for key, (deadline_ms, s, _) in live.items()]
+            heap = []
+            for key, entry in live.items():
+                entry[3], entry[4] = entry[1], entry[0]
+                heap.append((entry[0], entry[1], key))
             heapq.heapify(heap)
             self.heap = heap
-        # Each schedule adds one entry: no sooner than this can the heap outgrow the bound.
+        # Each schedule adds at most one entry: no sooner than this can the heap outgrow the bound.
         self._check_at = seq + max(1, 2 * len(live) + COMPACT_SLACK + 1 - len(self.heap))
 
     def heap_size(self) -> int:
@@ -75,30 +96,35 @@ class KeyedTimers:
     def __len__(self) -> int:
         return len(self._live)
 
-    def next_deadline(self) -> int | None:
+    def _surface(self) -> _Entry | None:
+        """The live entry the heap's first entry stands for at its real deadline, with stale
+        entries dropped and early ones pushed again at their key's real place; None: empty."""
         heap = self.heap
         live = self._live
         while heap:
-            deadline_ms, seq, key = heap[0]
+            _, seq, key = heap[0]
             entry = live.get(key)
-            if entry is not None and entry[1] == seq:
-                return deadline_ms
-            heapq.heappop(heap)
+            if entry is None or entry[3] != seq:
+                heapq.heappop(heap)
+            elif entry[1] != seq:
+                entry[3], entry[4] = entry[1], entry[0]
+                heapq.heapreplace(heap, (entry[0], entry[1], key))
+            else:
+                return entry
         return None
+
+    def next_deadline(self) -> int | None:
+        entry = self._surface()
+        if entry is None:
+            return None
+        deadline_ms: int = entry[0]
+        return deadline_ms
 
     def pop_due(self, now_ms: int) -> tuple[str, TimerAction] | None:
         """The earliest live timer due at `now_ms` (removed), or None. Ties fire in scheduling order."""
-        heap = self.heap
-        live = self._live
-        while heap:
-            deadline_ms, seq, key = heap[0]
-            entry = live.get(key)
-            if entry is None or entry[1] != seq:
-                heapq.heappop(heap)
-                continue
-            if deadline_ms > now_ms:
-                return None
-            heapq.heappop(heap)
-            del live[key]
-            return key, entry[2]
-        return None
+        entry = self._surface()
+        if entry is None or entry[0] > now_ms:
+            return None
+        key = heapq.heappop(self.heap)[2]
+        del self._live[key]
+        return key, entry[2]

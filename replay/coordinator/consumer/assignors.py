@@ -316,12 +316,19 @@ def _free_partitions(
             free = range(count)
         else:
             taken = frozenset().union(*holders)
-            if taken.issuperset(range(count)):
+            every = _every_partition(count)
+            if taken >= every:  # a size check first: a member's leave frees some, at no cost
                 continue
-            free = sorted(set(range(count)).difference(taken))
+            free = sorted(every - taken)
         if free:
             chunks.append((topic_id, free))
     return chunks
+
+
+@lru_cache(maxsize=1 << 8)
+def _every_partition(count: int) -> frozenset[int]:
+    """A topic's partitions as a set, made once per partition count (`_free_partitions`)."""
+    return frozenset(range(count))
 
 
 def _java_uuid_key(value: UUID) -> tuple[int, int]:

@@ -139,7 +139,26 @@ class ConsumerGroupMember(NamedTuple):
         state STABLE, built as one tuple (the reconciliation every member does after each group
         epoch bump; `_replace` costs several times more). tests/test_consumer_group_fast_paths.py
         checks it against `_replace`."""
-        return _new_tuple(ConsumerGroupMember, (self[0], epoch, self[1], _STABLE, *self[4:]))
+        # unpacked, not `*self[4:]` (a slice tuple first)
+        member_id, previous, _, _, i, r, t, c, h, names, regex, a, assigned, pending, classic = self
+        fields = (
+            member_id,
+            epoch,
+            previous,
+            _STABLE,
+            i,
+            r,
+            t,
+            c,
+            h,
+            names,
+            regex,
+            a,
+            assigned,
+            pending,
+            classic,
+        )
+        return _new_tuple(ConsumerGroupMember, fields)
 
     def owned(self) -> Iterable[tuple[UUID, int]]:
         for source in (self.assigned, self.pending_revocation):

@@ -96,7 +96,9 @@ def steady(
         return None  # made by the full path's first heartbeat of this member
     target_epoch = group.assignment_epoch
     if epoch != target_epoch:
-        target = group.target_of(member)
+        target = group.target.get(member_id)  # group.target_of, without a call when found
+        if target is None:
+            target = group.target_of(member)
         if member.assigned is not target or member.pending_revocation:
             return None
         subscribed = subscribed_ids(coordinator, group, member.subscribed_topic_names)
