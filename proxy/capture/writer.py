@@ -67,7 +67,7 @@ _GATHER_WITHOUT_LOOP_S = 0.05  # a script's records: fewer, bigger batches (what
 _BATCH_BYTES = 1 << 20
 _PIPE_BYTES = 1 << 20
 _READ_BYTES = 1 << 16
-_WRITER_READ_BYTES = 1 << 21  # the writer process's read: whatever the pipe holds (1 MiB), at once
+_WRITER_READ_BYTES = _PIPE_BYTES  # the writer process's read: whatever the pipe holds, at once
 _IOV_MAX = 1024  # buffers per writev (Linux's IOV_MAX)
 
 
@@ -409,7 +409,7 @@ def _writer_process_main(path: str) -> None:
     """Reads the section header comment, then marshalled batches, from stdin until it closes;
     appends their blocks to `path`. scapy is imported here, never in the proxy.
 
-    Each wake-up takes everything the pipe holds (one read of up to 2 MiB: the proxy's batches
+    Each wake-up takes everything the pipe holds (one read of up to 1 MiB: the proxy's batches
     of the last ~2 ms, more when this process fell behind), writes the blocks of every whole
     batch in it with one `writev` and reports once: on this 2-core VM a batch cost ~200 us of
     this process's CPU, most of it per wake-up and per syscall rather than per frame."""
@@ -421,15 +421,18 @@ def _writer_process_main(path: str) -> None:
     synthesizer = Synthesizer()
     reported: BaseException | None = None
     pending = bytearray()
+    # Read into one buffer, allocated once: `os.read(fd, 1 MiB)` would map and unmap 1 MiB per call.
+    buffer = bytearray(_WRITER_READ_BYTES)
+    view = memoryview(buffer)
     size = _LENGTH.size
     with open(path, "ab", buffering=0) as handle:
         file = handle.fileno()
         ended = False
         header = True
         while not ended:
-            data = os.read(source, _WRITER_READ_BYTES)
-            ended = not data
-            pending += data
+            count = os.readv(source, [view])
+            ended = not count
+            pending += view[:count]
             blocks: list[Any] = []
             at = 0
             while len(pending) - at >= size:
