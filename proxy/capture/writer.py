@@ -21,9 +21,10 @@ event loop (scripts, tests) the batch is written when it is 50 ms old at the nex
 at `flush()` and `close()`.
 
 Per batch, what recording costs beyond the frames is mostly waking processes on this 2-core VM
-(bench/README.md, "Reports at hand-over"): so the event loop reads the writer's reports at each
-hand-over, not when they arrive (`add_reader` woke it once more per batch), and the writer
-process takes everything its pipe holds in one read, and writes the blocks of all of it with one
+(bench/README.md, "Where the writer's ~200 us per batch went"): so the event loop reads the
+writer's reports at each hand-over, not when they arrive (`add_reader` woke it once more per
+batch), and the writer process naps after a small read (the proxy's next batches gather in the
+pipe), takes everything the pipe holds in one read, and writes the blocks of all of it with one
 `writev` and one report.
 """
 
