@@ -15,10 +15,17 @@ from the event loop once per batch, and the event loop then waited for them to g
 A pipe too full to take a batch keeps the rest in memory and writes it when the pipe drains
 (`loop.add_writer`). A killed proxy leaves a file readable up to the last whole block: the
 writer process sees its input close and writes everything it was sent before it exits. The
-writer process reports how much it has written (read by the event loop when the pipe has
-something: `loop.add_reader`); the server stops reading clients while the backlog is high
-(`backlog_bytes`). Without a running event loop (scripts, tests) the batch is written when it
-is 50 ms old at the next record, and at `flush()` and `close()`.
+writer process reports how much it has written (read by the event loop at each hand-over); the
+server stops reading clients while the backlog is high (`backlog_bytes`). Without a running
+event loop (scripts, tests) the batch is written when it is 50 ms old at the next record, and
+at `flush()` and `close()`.
+
+Per batch, what recording costs beyond the frames is mostly waking processes on this 2-core VM
+(bench/README.md, "Where the writer's ~200 us per batch went"): so the event loop reads the
+writer's reports at each hand-over, not when they arrive (`add_reader` woke it once more per
+batch), and the writer process naps after a small read (the proxy's next batches gather in the
+pipe), takes everything the pipe holds in one read, and writes the blocks of all of it with one
+`writev` and one report.
 """
 
 from __future__ import annotations
@@ -52,12 +59,23 @@ _LENGTH = struct.Struct("<I")
 _CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
 # b"W" + payload bytes written so far; b"E" + length of an error text; b"R", 0: ready (imported)
 _ACK = struct.Struct("<cq")
+# A backlog above this is worth a read of the writer's reports before it is answered (the server
+# pauses clients at 64 MiB and resumes them at 16 MiB); below it the last hand-over's is fresh enough.
+_FRESH_FROM = 1 << 20
 _BATCH_ITEMS = 4096
 _GATHER_S = 0.002
 _GATHER_WITHOUT_LOOP_S = 0.05  # a script's records: fewer, bigger batches (what one read sends, together)
 _BATCH_BYTES = 1 << 20
 _PIPE_BYTES = 1 << 20
 _READ_BYTES = 1 << 16
+_WRITER_READ_BYTES = _PIPE_BYTES  # the writer process's read: whatever the pipe holds, at once
+_IOV_MAX = 1024  # buffers per writev (Linux's IOV_MAX)
+# After a read smaller than `_NAP_BELOW` the writer process sleeps `_NAP_S` before the next: the
+# proxy's hand-overs meanwhile land in the pipe without waking it (a pipe write wakes only a
+# reader blocked in read), so while the proxy is busy it wakes once per ~8 ms (its timer, then a
+# read that finds the batches there) instead of once per ~2 ms batch.
+_NAP_S = 0.008
+_NAP_BELOW = 1 << 16
 
 
 class CaptureWriter:
@@ -96,7 +114,7 @@ class CaptureWriter:
         )
         self.path.open("wb").close()  # fails here, in the caller, on a bad path
         self.queued_bytes = 0  # written by the recording thread only
-        self.written_bytes = 0  # reported by the writer process
+        self._written_bytes = 0  # reported by the writer process, as last read
         self.error: BaseException | None = None
         self._dead = False
         self._closed = False
@@ -106,7 +124,7 @@ class CaptureWriter:
         self._pending_mark = 0  # queued_bytes when the pending list was last handed over
         self._due = 0.0  # without an event loop: when the pending list is handed over
         self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the reports are read on
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop batches are handed over on
         self._unsent = bytearray()  # what the pipe would not take yet
         self._reports = bytearray()  # the writer process's reports, not yet parsed
         self._process = subprocess.Popen(
@@ -145,8 +163,23 @@ class CaptureWriter:
         return len(self._pending)
 
     @property
+    def written_bytes(self) -> int:
+        """Payload bytes the writer process has reported written (its reports read now)."""
+        if not self._dead:
+            self._read_reports()
+        return self._written_bytes
+
+    @property
     def backlog_bytes(self) -> int:
-        return 0 if self._dead else self.queued_bytes - self.written_bytes
+        """Handed over but not reported written: as of the last hand-over while that is small
+        (checked after every read: no syscall), read fresh when it is large enough to matter."""
+        if self._dead:
+            return 0
+        backlog = self.queued_bytes - self._written_bytes
+        if backlog < _FRESH_FROM:
+            return backlog
+        self._read_reports()
+        return 0 if self._dead else self.queued_bytes - self._written_bytes
 
     def open_connection(self, conn: int, ts_ns: int, client: str, upstream: str) -> None:
         self._add((OPEN, conn, ts_ns, client, upstream))
@@ -199,28 +232,28 @@ class CaptureWriter:
             self._due = time.monotonic() + _GATHER_WITHOUT_LOOP_S
             return
         if loop is not self._loop:
-            self._read_reports_on(loop)
+            self._use_loop(loop)
         self._timer = loop.call_later(_GATHER_S, self.flush)
 
-    def _read_reports_on(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Read the writer process's reports as they come, on `loop` (no thread waits for them)."""
+    def _use_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand over on `loop` (a full pipe is drained by `loop.add_writer`). The writer's reports
+        are read at each hand-over, not as they come: `add_reader` woke the event loop once more
+        per batch for 9 bytes that only the backlog check needs, and it reads them itself when
+        the backlog is large (`backlog_bytes`)."""
         old = self._loop
         if old is not None and not old.is_closed():
             with contextlib.suppress(RuntimeError):
-                old.remove_reader(self._from_writer)
                 old.remove_writer(self._to_writer)
         self._loop = loop
-        if not self._dead:
-            loop.add_reader(self._from_writer, self._read_reports)
 
     def flush(self) -> None:
         """Hand what was gathered to the writer process now. On the event loop this never blocks
-        (`close` waits); without one it also reads the writer's reports (`written_bytes`)."""
+        (`close` waits). It also reads the writer process's reports (`written_bytes`)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._loop is None:
-            self._read_reports()  # nothing reads them as they come
+        if not self._dead:
+            self._read_reports()  # the last batches' reports (`written_bytes`, errors)
         pending = self._pending
         if not pending:
             return
@@ -301,7 +334,7 @@ class CaptureWriter:
                 self.error = self.error or RuntimeError(text.decode("utf-8", "replace"))
                 at += value
             elif kind == b"W":
-                self.written_bytes = value
+                self._written_bytes = value
             elif kind == b"R":
                 self._ready = True
             at += _ACK.size
@@ -318,7 +351,6 @@ class CaptureWriter:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.remove_reader(self._from_writer)
                 loop.remove_writer(self._to_writer)
 
     def close(self) -> None:
@@ -331,7 +363,6 @@ class CaptureWriter:
         loop, self._loop = self._loop, None
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.remove_reader(self._from_writer)
                 loop.remove_writer(self._to_writer)
         with contextlib.suppress(OSError):
             assert self._process.stdin is not None
@@ -383,41 +414,79 @@ def _grow_pipe(fd: int) -> None:
 
 def _writer_process_main(path: str) -> None:
     """Reads the section header comment, then marshalled batches, from stdin until it closes;
-    appends their blocks to `path`. scapy is imported here, never in the proxy."""
+    appends their blocks to `path`. scapy is imported here, never in the proxy.
+
+    Each wake-up takes everything the pipe holds (one read of up to 1 MiB: the proxy's batches
+    of the last ~2 ms, more when this process fell behind), writes the blocks of every whole
+    batch in it with one `writev` and reports once: on this 2-core VM a batch cost ~200 us of
+    this process's CPU, most of it per wake-up and per syscall rather than per frame. After a
+    small read it sleeps `_NAP_S`, so that while the proxy is busy its batches gather in the
+    pipe and one wake-up takes several."""
     from proxy.capture.blocks import PcapNgBlocks
     from proxy.capture.packets import Synthesizer
 
-    source = sys.stdin.buffer
-    acks = sys.stdout.buffer
+    source = sys.stdin.fileno()
+    acks = sys.stdout.fileno()
     synthesizer = Synthesizer()
     reported: BaseException | None = None
-
-    def message() -> bytes | None:
-        head = source.read(_LENGTH.size)
-        if len(head) < _LENGTH.size:
-            return None
-        return source.read(_LENGTH.unpack(head)[0])
-
-    with open(path, "ab") as handle:
-        comment = message()
-        if comment is None:
-            return
-        handle.write(PcapNgBlocks(handle).header_blocks(marshal.loads(comment)))
-        handle.flush()
-        acks.write(_ACK.pack(b"R", 0))
-        acks.flush()
-        while (data := message()) is not None:
-            handle.writelines(synthesizer.batch(marshal.loads(data)))
-            handle.flush()
+    pending = bytearray()
+    # Read into one buffer, allocated once: `os.read(fd, 1 MiB)` would map and unmap 1 MiB per call.
+    buffer = bytearray(_WRITER_READ_BYTES)
+    view = memoryview(buffer)
+    size = _LENGTH.size
+    with open(path, "ab", buffering=0) as handle:
+        file = handle.fileno()
+        ended = False
+        header = True
+        while not ended:
+            count = os.readv(source, [view])
+            ended = not count
+            pending += view[:count]
+            blocks: list[Any] = []
+            at = 0
+            while len(pending) - at >= size:
+                length = _LENGTH.unpack_from(pending, at)[0]
+                if len(pending) - at - size < length:
+                    break
+                message = marshal.loads(memoryview(pending)[at + size : at + size + length])
+                at += size + length
+                if header:  # the first message: the section header's comment
+                    header = False
+                    _write_all(file, [PcapNgBlocks(handle).header_blocks(message)])
+                    _report(acks, _ACK.pack(b"R", 0))
+                    continue
+                blocks += synthesizer.batch(message)
+            del pending[:at]
+            if not at:
+                continue
+            _write_all(file, blocks)
+            report = b""
             if synthesizer.error is not None and reported is None:
                 reported = synthesizer.error
                 text = f"{type(reported).__name__}: {reported}".encode()
-                acks.write(_ACK.pack(b"E", len(text)) + text)
-            try:
-                acks.write(_ACK.pack(b"W", synthesizer.written_bytes))
-                acks.flush()
-            except BrokenPipeError:  # the proxy is gone: keep writing what it sent
-                pass
+                report = _ACK.pack(b"E", len(text)) + text
+            _report(acks, report + _ACK.pack(b"W", synthesizer.written_bytes))
+            if count < _NAP_BELOW:  # the proxy is not pressing: let its next batches gather
+                time.sleep(_NAP_S)
+
+
+def _write_all(fd: int, buffers: list[Any]) -> None:
+    """All of `buffers` to `fd`, `_IOV_MAX` at a time, resuming after a short write."""
+    for start in range(0, len(buffers), _IOV_MAX):
+        chunk = buffers[start : start + _IOV_MAX]
+        written = os.writev(fd, chunk)
+        total = sum(map(len, chunk))
+        if written < total:
+            rest = memoryview(b"".join(chunk))[written:]
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+
+
+def _report(fd: int, data: bytes) -> None:
+    """A report to the proxy (which reads them at its hand-overs); a proxy that is gone is not an
+    error: this process keeps writing what it was sent."""
+    with contextlib.suppress(BrokenPipeError):
+        os.write(fd, data)
 
 
 if __name__ == "__main__":
