@@ -28,7 +28,7 @@ from replay.coordinator.consumer import ConsumerGroupConfig, HeartbeatRequest
 from replay.coordinator.consumer.group import MigrationPolicy
 from replay.coordinator.consumer.wire import heartbeat_to_kio
 from tests.coordinator_sim import Sim
-from tests.support.consumer_full_paths import classic_members_full_paths
+from tests.support.consumer_full_paths import classic_members_full_paths, consumer_group_outcome
 
 V = 9  # JoinGroup v9 / SyncGroup v5 / Heartbeat v4 / LeaveGroup v5
 SUB = encode_subscription(["t"], 1)
@@ -374,15 +374,7 @@ def _classic_rejoins(ops: list[tuple[str, int, int]]) -> list[Any]:
             seen.append(consumer)
         elif op == "grow":
             sim.coordinator.consumer.coordinator.topic_partitions["t"] += 1
-    timers = sim.coordinator.timers
-    consumer_groups = sim.coordinator.consumer.coordinator
-    group = consumer_groups.groups.get("g")
-    seen.append((sim.kinds(), sorted((key, timers.deadline(key)) for key in timers._live)))
-    seen.append(list(consumer_groups.events))
-    if group is not None:
-        seen.append((group.group_epoch, group.assignment_epoch, group.metadata_hash, group.target))
-        seen.append(sorted(group.members.items()))
-    return seen
+    return seen + consumer_group_outcome(sim)
 
 
 @settings(max_examples=100, deadline=None)

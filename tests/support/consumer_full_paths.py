@@ -54,4 +54,30 @@ def classic_members_full_paths() -> list[Any]:
             ),
         ),
         mock.patch(path + "classic_timer", lambda c, *key: (c.classic_timers.clear(), timer(c, *key))[1]),
+        *classic_cycle_full_paths(),
     ]
+
+
+def classic_cycle_full_paths() -> list[Any]:
+    """classic_cycle's fast paths off: every classic Heartbeat, JoinGroup and SyncGroup of a
+    member in a consumer group through the service's full sequence."""
+    path = "replay.coordinator.consumer.classic_cycle."
+    return [mock.patch(path + name, return_value=False) for name in ("behind", "rejoin", "sync")]
+
+
+def live_timers(sim: Any) -> list[tuple[str, int | None]]:
+    """Every live timer's key and deadline."""
+    timers = sim.coordinator.timers
+    return sorted((key, timers.deadline(key)) for key in timers._live)
+
+
+def consumer_group_outcome(sim: Any, group_id: str = "g") -> list[Any]:
+    """What a run of a consumer group left: the events (classic and consumer), the live timers,
+    the group's epochs, metadata hash and target, and its members."""
+    consumer_groups = sim.coordinator.consumer.coordinator
+    group = consumer_groups.groups.get(group_id)
+    outcome: list[Any] = [(sim.kinds(), live_timers(sim)), list(consumer_groups.events)]
+    if group is not None:
+        outcome.append((group.group_epoch, group.assignment_epoch, group.metadata_hash, group.target))
+        outcome.append(sorted(group.members.items()))
+    return outcome

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.errors import ErrorCode
-from replay.coordinator.consumer import classic_members, migration
+from replay.coordinator.consumer import classic_cycle, classic_members, migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
@@ -57,6 +57,7 @@ from replay.coordinator.types import RequestContext
 # ClassicGroupState of a group id that is a classic group: None = no classic group by that id.
 ClassicLookup = Callable[[str], str | None]
 _NONE = ErrorCode.none  # an enum attribute is looked up in Python on 3.11
+_REBALANCING = ErrorCode.rebalance_in_progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +340,8 @@ class ConsumerGroupService:
         if not group.members:
             self.forget(request.group_id)
             return False
+        if classic_cycle.rejoin(self, ctx, request, group):
+            return True
         api_version = ctx.api_version
         member_id = request.member_id
         try:
@@ -447,8 +450,8 @@ class ConsumerGroupService:
         runtime = self._runtime()
         coordinator = self.coordinator
         group = coordinator.groups.get(request.group_id)
-        if group is None:
-            return False
+        if group is None or classic_cycle.sync(self, ctx, request, group):
+            return group is not None
         api_version = ctx.api_version
         try:
             member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
@@ -494,6 +497,9 @@ class ConsumerGroupService:
             coordinator, runtime.now_ms(), group, member_id, instance_id, generation_id
         ):
             runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, _NONE))
+            return True
+        if classic_cycle.behind(self, runtime.now_ms(), group, request):
+            runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, _REBALANCING))
             return True
         code = _NONE
         try:
