@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from validator import compare as C
 from validator import migration_job as MJ
 from validator import transforms as T
+from validator.checkpoint import leaf
 from validator.schemas import (
     CORRUPT_RECORD_COLUMN,
     EVENT_SCHEMA,
@@ -226,7 +226,6 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
     partitions = shuffle_partitions_for(files.total_bytes, spark.sparkContext.defaultParallelism)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     data = ReportData(expected_run=options.expected_run, inputs=[str(p) for p in options.inputs])
-    keep = StorageLevel.MEMORY_AND_DISK
 
     with stage("read, check and aggregate event rows per run"):
         flagged = T.flag_bad_rows(read_events(spark, files, source_file=False))
@@ -237,10 +236,9 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
         # one pass each instead of a partial and a final hash aggregation over the same rows).
         extra = ("bad_reason",)
         shuffled = T.run_inputs(flagged, extra).repartition(partitions, "session_id")
-        runs_all = T.per_run(
-            shuffled.sortWithinPartitions(*T.per_run_order(extra)), extra_keys=extra
-        ).persist(keep)
+        per_run = T.per_run(shuffled.sortWithinPartitions(*T.per_run_order(extra)), extra_keys=extra)
         try:
+            runs_all = leaf(per_run)
             counts = runs_all.groupBy("bad_reason", "run").agg(F.sum("event_rows").alias("rows")).collect()
         except Exception as exc:  # schema mismatch in a Parquet file, unreadable file ...
             raise InputError(f"cannot read the event files: {str(exc).splitlines()[0]}") from exc
@@ -274,15 +272,15 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
         good = flagged.where(F.col("bad_reason").isNull())
         migration = MJ.migration_tables(good, partitions, options.expected_run)
     runs = runs_all.where(F.col("bad_reason").isNull()).drop("bad_reason", "event_rows")
-    runs = MJ.with_migration_hash(runs, migration)  # the hash covers the migration facts too
-    pairs = C.comparisons(runs, options.expected_run).persist(keep)
+    runs = leaf(MJ.with_migration_hash(runs, migration))  # the hash covers the migration facts too
+    pairs = leaf(C.comparisons(runs, options.expected_run))
     diffed = C.groups_to_diff(pairs)
     to_diff = runs.join(F.broadcast(diffed), list(GROUP_KEY), "left_semi")
     facts = MJ.with_migration_facts(T.run_facts(to_diff), migration, diffed)
-    diffs = C.diff_runs(facts, T.run_summary(to_diff), options.expected_run).persist(keep)
-    verdicts = C.session_verdicts(pairs, diffs).persist(keep)
+    diffs = leaf(C.diff_runs(facts, T.run_summary(to_diff), options.expected_run))
+    verdicts = leaf(C.session_verdicts(pairs, diffs))
     protocols = MJ.group_protocols(migration)
-    matrix = C.compatibility_matrix(verdicts, C.session_clients(runs), protocols).persist(keep)
+    matrix = leaf(C.compatibility_matrix(verdicts, C.session_clients(runs), protocols))
     tables = Tables(bad_rows, runs, T.observed_rebalances(runs), T.run_summary(runs), diffs, verdicts, matrix)
     what = "diff, verdicts, matrix, report data" + (
         f"; write Parquet tables to {options.out_dir}" if options.out_dir is not None else ""
@@ -299,7 +297,7 @@ def run_validate(spark: SparkSession, options: ValidateOptions, stage: StageFn =
             from validator.ci_outputs import collect_comparisons
 
             data.all_comparisons = collect_comparisons(verdicts, diffs)
-    for frame in (runs_all, pairs, diffs, verdicts, matrix):
+    for frame in (runs_all, runs, pairs, diffs, verdicts, matrix):
         frame.unpersist()
     MJ.unpersist(migration)
     return data

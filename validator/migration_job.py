@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from validator import migration as M
+from validator.checkpoint import leaf
 from validator.schemas import GROUP_KEY
 from validator.transforms import AS_RECORDED_SCENARIO, RECORDED, base_run, expected_run_for
 
@@ -54,10 +54,9 @@ def migration_tables(events: DataFrame, partitions: int, expected_run: str) -> M
         .join(chosen, list(GROUP_KEY), "left_semi")
         .repartition(partitions, "session_id")
     )
-    keep = StorageLevel.MEMORY_AND_DISK
-    stepped = M.with_steps(M.member_rows(rows)).persist(keep)
-    timeline = M.segments(stepped).persist(keep)
-    steps = M.migration_steps(stepped, timeline).persist(keep)
+    stepped = leaf(M.with_steps(M.member_rows(rows)))
+    timeline = leaf(M.segments(stepped))
+    steps = leaf(M.migration_steps(stepped, timeline))
     expected = expected_run_for(F.col("scenario"), expected_run)
     protocols = M.group_protocols(M.protocol_paths(stepped), expected)
     return MigrationTables(keys, stepped, steps, timeline, M.migration_facts(steps), protocols)
