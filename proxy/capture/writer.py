@@ -70,12 +70,6 @@ _PIPE_BYTES = 1 << 20
 _READ_BYTES = 1 << 16
 _WRITER_READ_BYTES = _PIPE_BYTES  # the writer process's read: whatever the pipe holds, at once
 _IOV_MAX = 1024  # buffers per writev (Linux's IOV_MAX)
-# After a read smaller than `_NAP_BELOW` the writer process sleeps `_NAP_S` before the next: the
-# proxy's hand-overs meanwhile land in the pipe without waking it (a pipe write wakes only a
-# reader blocked in read), so while the proxy is busy it wakes once per ~8 ms (its timer, then a
-# read that finds the batches there) instead of once per ~2 ms batch.
-_NAP_S = 0.008
-_NAP_BELOW = 1 << 16
 
 
 class CaptureWriter:
@@ -419,9 +413,7 @@ def _writer_process_main(path: str) -> None:
     Each wake-up takes everything the pipe holds (one read of up to 1 MiB: the proxy's batches
     of the last ~2 ms, more when this process fell behind), writes the blocks of every whole
     batch in it with one `writev` and reports once: on this 2-core VM a batch cost ~200 us of
-    this process's CPU, most of it per wake-up and per syscall rather than per frame. After a
-    small read it sleeps `_NAP_S`, so that while the proxy is busy its batches gather in the
-    pipe and one wake-up takes several."""
+    this process's CPU, most of it per wake-up and per syscall rather than per frame."""
     from proxy.capture.blocks import PcapNgBlocks
     from proxy.capture.packets import Synthesizer
 
@@ -466,8 +458,6 @@ def _writer_process_main(path: str) -> None:
                 text = f"{type(reported).__name__}: {reported}".encode()
                 report = _ACK.pack(b"E", len(text)) + text
             _report(acks, report + _ACK.pack(b"W", synthesizer.written_bytes))
-            if count < _NAP_BELOW:  # the proxy is not pressing: let its next batches gather
-                time.sleep(_NAP_S)
 
 
 def _write_all(fd: int, buffers: list[Any]) -> None:
