@@ -50,22 +50,14 @@ class DemoPaths:
     """Where each output of the loop goes (all absolute, resolved against the caller's directory)."""
 
     root: Path
+    capture: Path
+    events: Path
+    report: Path
+    tables: Path
 
-    @property
-    def capture(self) -> Path:
-        return self.root / "capture.pcapng"
-
-    @property
-    def events(self) -> Path:
-        return self.root / "events"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report.html"
-
-    @property
-    def tables(self) -> Path:
-        return self.root / "tables"
+    @classmethod
+    def under(cls, root: Path) -> DemoPaths:
+        return cls(root, root / "capture.pcapng", root / "events", root / "report.html", root / "tables")
 
     def scenario_events(self, scenario: str) -> Path:
         return self.events / scenario / "events.jsonl"
@@ -368,7 +360,7 @@ def _loop(argv: list[str]) -> int:
     from harness.broker import BrokerError
     from harness.maven import MavenError
 
-    paths = DemoPaths(Path(os.path.abspath(args.dir)))  # the caller's directory, not the package's
+    paths = DemoPaths.under(Path(os.path.abspath(args.dir)))  # the caller's directory, not the package's
     if paths.events.exists():
         shutil.rmtree(paths.events)  # a previous demo's events would be validated again
     paths.root.mkdir(parents=True, exist_ok=True)

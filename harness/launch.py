@@ -161,6 +161,16 @@ def cluster_id() -> str:
             return candidate
 
 
+class _InWorkDir:
+    """A read-only attribute of a LaunchPlan: the file or directory `name` in its `work_dir`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, plan: LaunchPlan, owner: type[LaunchPlan] | None = None) -> Path:
+        return plan.work_dir / self.name
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """Files and command lines for one broker; pure data so the CLI and tests can show it."""
@@ -191,17 +201,12 @@ class LaunchPlan:
                 return f"127.0.0.1:{port}"
         raise KeyError(f"no {name} listener on this broker")
 
-    @property
-    def data_dir(self) -> Path:
-        return self.work_dir / "data"
-
-    @property
-    def log_path(self) -> Path:
-        return self.work_dir / "broker.log"
-
-    @property
-    def config_path(self) -> Path:
-        return self.work_dir / "server.properties"
+    # The work directory's files (ZooKeeper's two on ZooKeeper-mode lines only).
+    data_dir = _InWorkDir("data")
+    log_path = _InWorkDir("broker.log")
+    config_path = _InWorkDir("server.properties")
+    zookeeper_config_path = _InWorkDir("zookeeper.properties")
+    zookeeper_log_path = _InWorkDir("zookeeper.log")
 
     def jvm_options(self) -> list[str]:
         match self.line.log_binding:
@@ -240,14 +245,6 @@ class LaunchPlan:
 
     def broker_command(self) -> list[str]:
         return self.java_command("kafka.Kafka", str(self.config_path))
-
-    @property
-    def zookeeper_config_path(self) -> Path:
-        return self.work_dir / "zookeeper.properties"
-
-    @property
-    def zookeeper_log_path(self) -> Path:
-        return self.work_dir / "zookeeper.log"
 
     def zookeeper_command(self) -> list[str]:
         """Standalone ZooKeeper (QuorumPeerMain with no server.N lines) from the broker's classpath."""

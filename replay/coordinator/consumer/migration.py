@@ -32,6 +32,7 @@ epochs, assignments, DescribeGroups / ConsumerGroupDescribe group types and stat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from uuid import UUID
 
 from proxy.wire.codec import CodecError
@@ -134,39 +135,18 @@ def _metadata(protocols: tuple[tuple[str, bytes], ...], name: str) -> bytes:
     raise CodecError(f"no metadata for protocol {name}")
 
 
+@dataclass(frozen=True, slots=True)
 class ClassicMemberView:
     """What fromClassicGroup reads of a classic member (replay.coordinator.group.Member)."""
 
-    __slots__ = (
-        "assignment",
-        "client_host",
-        "client_id",
-        "instance_id",
-        "member_id",
-        "protocols",
-        "rebalance_timeout_ms",
-        "session_timeout_ms",
-    )
-
-    def __init__(
-        self,
-        member_id: str,
-        instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        protocols: tuple[tuple[str, bytes], ...],
-        assignment: bytes,
-    ) -> None:
-        self.member_id = member_id
-        self.instance_id = instance_id
-        self.client_id = client_id
-        self.client_host = client_host
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.session_timeout_ms = session_timeout_ms
-        self.protocols = protocols
-        self.assignment = assignment
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes
 
 
 def classic_group_from(
