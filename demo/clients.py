@@ -165,7 +165,10 @@ def _compile(
     staging.mkdir(parents=True)
     (staging / f"{name}.java").write_text(source, encoding="utf-8")
     flags = ["--release", release, "-nowarn"] if release else []
-    argv = [javac, *flags, "-cp", f"{libs}/*", "-d", str(staging), str(staging / f"{name}.java")]
+    # javac's own JVM with C1 only and the serial GC: 14 -> 4-6 s wall, 2.6 -> 1.4 s CPU a compile
+    # (load 15-18); the default G1 and C2 start compiler threads a one-file compile never repays.
+    quick = ["-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC"]
+    argv = [javac, *quick, *flags, "-cp", f"{libs}/*", "-d", str(staging), str(staging / f"{name}.java")]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
