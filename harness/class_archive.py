@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
+from harness.owned import Owned
 
 # CDS's warnings (a mismatched archive; classes a dump skips) on stderr, not stdout: the
 # consumers' stdout is their JSON lines and the tools' is what the tests compare.
@@ -167,6 +168,7 @@ def start_jvm(command: list[str], *, train_args: Sequence[str], **popen: Any) ->
 TRAIN_DELAY_S = 5.0
 TRAIN_NICE = 10
 TRAIN_S = 5.0
+_TRAINERS: Owned[subprocess.Popen[bytes]] = Owned(lambda trainer: trainer.kill())  # none outlives us
 
 
 def _train(command: list[str], archive: ClassArchive) -> None:
@@ -182,6 +184,7 @@ def _train(command: list[str], archive: ClassArchive) -> None:
     except OSError:
         archive.discard()
         return
+    _TRAINERS.add(trainer)
     try:
         trainer.wait(timeout=TRAIN_S)
     except subprocess.TimeoutExpired:
@@ -192,3 +195,4 @@ def _train(command: list[str], archive: ClassArchive) -> None:
     except subprocess.TimeoutExpired:
         trainer.kill()
         archive.settle(trainer.wait())
+    _TRAINERS.discard(trainer)

@@ -94,12 +94,16 @@ def test_a_killed_dump_is_discarded_and_the_next_run_dumps(cache: Path, tmp_path
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_consumer_maps_the_archive_its_brokerless_trainer_wrote(cache: Path) -> None:
+def test_a_consumer_maps_the_archive_its_brokerless_trainer_wrote(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """start_jvm runs a Java consumer without an archive and has a second JVM (the same command,
     an unreachable bootstrap) write one; the consumer's own command then maps it: with -Xshare:on
     a JVM that cannot map its archive exits instead of running without."""
     if shutil.which("javac") is None:
         pytest.skip("no JDK on PATH")
+    monkeypatch.setattr(archives, "TRAIN_DELAY_S", 0.0)  # the trainer at once and at full priority
+    monkeypatch.setattr(archives, "TRAIN_NICE", 0)
     from demo.clients import GROUP_CONSUMER_TRAINING, compiled_java_consumer, java_client_command
 
     classes = compiled_java_consumer()
