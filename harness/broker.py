@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from harness import paths
-from harness.class_archive import class_archive, with_archive
+from harness.class_archive import command_archive, with_archive
 from harness.launch import DEFAULT_HEAP_MB as DEFAULT_HEAP_MB
 from harness.launch import SASL_MECHANISMS as SASL_MECHANISMS
 from harness.launch import SECURITY_PROTOCOLS as SECURITY_PROTOCOLS
@@ -228,10 +228,10 @@ def _terminate(process: subprocess.Popen[bytes], timeout_ms: int) -> None:
 def run_format(plan: LaunchPlan) -> None:
     """StorageTool format, with the version's class archive (harness.class_archive)."""
     command = plan.format_command()
-    archive = class_archive(command[0], plan.libs, "kafka.tools.StorageTool")
+    archive = command_archive(command)
     try:
         result = subprocess.run(with_archive(command, archive), capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
+    except BaseException:
         archive.discard()
         raise
     if result.returncode == 0:

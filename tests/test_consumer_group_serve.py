@@ -25,11 +25,12 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from demo.clients import compile_cached
+from demo.clients import compile_cached, java_client_command
 from harness.admin import create_topic
-from harness.maven import client_libs
+from harness.class_archive import start_jvm
 from proxy.wire.errors import ErrorCode
 from tests.support.consumers import settled
+from tests.support.migration_story import MEMBER_TRAINING
 from tests.support.serve import served
 
 TOPIC_PARTITIONS = 4
@@ -152,15 +153,15 @@ class JavaMember:
     """tests/java/ConsumerProtocolMember.java (kafka-clients 4.3.1, group.protocol=consumer) as a
     subprocess; `held` follows its incremental onPartitionsAssigned/onPartitionsRevoked calls."""
 
-    def __init__(self, classes: Path, libs: Path, bootstrap: str, group: str, name: str) -> None:
-        self.process = subprocess.Popen(
-            ["java", "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{classes}:{libs}/*",
-             "ConsumerProtocolMember", bootstrap, group, "orders", name],
+    def __init__(self, classes: Path, bootstrap: str, group: str, name: str) -> None:
+        self.process = start_jvm(
+            java_client_command("ConsumerProtocolMember", classes, "4.3.1", bootstrap, group, "orders", name),
+            train_args=MEMBER_TRAINING,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-        )  # fmt: skip
+        )
         self.held: set[int] = set()
         self.closed = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -190,22 +191,19 @@ class JavaMember:
 
 
 @pytest.fixture(scope="module")
-def java_member_classes() -> tuple[Path, Path]:
+def java_member_classes() -> Path:
     if shutil.which("javac") is None or shutil.which("java") is None:
         pytest.skip("no JDK on PATH")
     source = Path(__file__).parent / "java" / "ConsumerProtocolMember.java"
-    out = compile_cached("ConsumerProtocolMember", source.read_text(encoding="utf-8"), "4.3.1")
-    return out, client_libs("4.3.1", None)
+    return compile_cached("ConsumerProtocolMember", source.read_text(encoding="utf-8"), "4.3.1")
 
 
 @pytest.mark.integration
-def test_java_4_3_consumer_protocol_members_on_serve(
-    serve: str, java_member_classes: tuple[Path, Path]
-) -> None:
-    classes, libs = java_member_classes
+def test_java_4_3_consumer_protocol_members_on_serve(serve: str, java_member_classes: Path) -> None:
+    classes = java_member_classes
     group = f"kip848-java-{time.time_ns()}"
-    a = JavaMember(classes, libs, serve, group, "java-a")
-    b = JavaMember(classes, libs, serve, group, "java-b")
+    a = JavaMember(classes, serve, group, "java-a")
+    b = JavaMember(classes, serve, group, "java-b")
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TypeVar
 
-from harness.class_archive import class_archive, with_archive
+from harness.class_archive import command_archive, with_archive
 from harness.maven import java_path
 
 T = TypeVar("T")
@@ -34,7 +33,6 @@ def consumer_groups(
     """`kafka-consumer-groups --bootstrap-server 127.0.0.1:PORT ARGS` (the script's main class)
     with `classpath` the kafka-tools jars (`DIR/*`)."""
     java = java_path() or "java"
-    archive = class_archive(java, Path(classpath.removesuffix("/*")), MAIN_CLASS)
     command = [
         java,
         *QUICK_JVM,
@@ -45,14 +43,15 @@ def consumer_groups(
         f"127.0.0.1:{port}",
         *args,
     ]
+    archive = command_archive(command)
     try:
         done = subprocess.run(
             with_archive(command, archive), capture_output=True, text=True, timeout=timeout_s
         )
-        if done.returncode >= 0:  # the JVM exited by itself (whatever its code): its dump is whole
-            archive.keep()
-    finally:
-        archive.discard()  # what a killed run left (after `keep`, nothing)
+    except BaseException:
+        archive.discard()  # what a killed run left
+        raise
+    archive.settle(done.returncode)  # the JVM exited by itself (whatever its code): its dump is whole
     return done
 
 

@@ -35,8 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from demo.clients import ClientKind, ConsumerSpec, command_for, compile_cached
-from harness.maven import client_libs, java_path
+from demo.clients import (
+    GROUP_CONSUMER_TRAINING,
+    ClientKind,
+    ConsumerSpec,
+    command_for,
+    compile_cached,
+    java_client_command,
+)
+from harness.class_archive import start_jvm
 
 JAVA_CLIENTS = "4.3.1"
 PARTITIONS = 3
@@ -48,6 +55,9 @@ SESSION_TIMEOUT_MS = 25_000
 SETTLE_TIMEOUT_S = 120.0
 QUIET_S = 1.0
 JAVA_MEMBER = Path(__file__).resolve().parents[1] / "java" / "ConsumerProtocolMember.java"
+# Its arguments for the run that writes its class archive (harness.class_archive.start_jvm): an
+# unreachable bootstrap; it polls until start_jvm closes its stdin.
+MEMBER_TRAINING = ("127.0.0.1:1", "group-replay-archive", "archive", "archive")
 
 CONFLUENT_CONSUMER_PROTOCOL = """
 import json, signal, sys, threading
@@ -105,9 +115,13 @@ class Running:
         self.changed = time.monotonic()
         self.lines: list[str] = []
         self._lock = threading.Lock()
-        self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        popen: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+        popen["stderr"] = subprocess.STDOUT
+        if "-cp" in argv:  # a JVM: it maps its class archive
+            training = MEMBER_TRAINING if "ConsumerProtocolMember" in argv else GROUP_CONSUMER_TRAINING
+            self.process = start_jvm(argv, train_args=training, **popen)
+        else:
+            self.process = subprocess.Popen(argv, **popen)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -174,16 +188,10 @@ def start_member(member: StoryMember, protocol: str, bootstrap: str, group: str,
         )
         return Running(command_for(spec), topic, stop_by_stdin=False)
     if member.kind is ClientKind.JAVA:
-        java = java_path()
-        if java is None:
-            raise RuntimeError("java not found")
-        classes, libs = java_member_classes(), client_libs(JAVA_CLIENTS)
-        argv = [
-            java, "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-cp", f"{classes}:{libs}/*", "ConsumerProtocolMember", bootstrap, group, topic, client_id,
-            *([instance_id] if instance_id else []),
-        ]  # fmt: skip
+        member_args = [bootstrap, group, topic, client_id, *([instance_id] if instance_id else [])]
+        argv = java_client_command(
+            "ConsumerProtocolMember", java_member_classes(), JAVA_CLIENTS, *member_args
+        )
         return Running(argv, topic, stop_by_stdin=True)
     argv = [sys.executable, "-c", CONFLUENT_CONSUMER_PROTOCOL, bootstrap, group, topic, client_id]
     return Running(argv, topic, stop_by_stdin=False)
