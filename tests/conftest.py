@@ -25,7 +25,7 @@ from harness.certs import CertAuthority, Leaf
 from harness.cluster import Cluster, start_cluster
 from harness.lines import KAFKA_4X, KAFKA_39
 from harness.maven import MavenError, missing_tools
-from tests.support.suite_split import SuiteSplit, WorkerBusy, module_groups
+from tests.support.suite_split import SuiteSplit, WorkerBusy, groups_on_several_workers, module_groups
 
 BrokerFactory = Callable[..., Broker]
 _topic_counter = itertools.count(1)
@@ -202,6 +202,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section(f"xdist workers: {len(WORKERS)}")
         for name, busy in sorted(WORKERS.items()):
             terminalreporter.write_line(busy.line(name, _SESSION_START[0]))
+        split = groups_on_several_workers(WORKERS) if _SPLIT else []
+        if split:
+            broken = f"groups on several workers (the split is broken): {', '.join(split)}"
+            terminalreporter.write_line(broken, red=True)
 
 
 @pytest.fixture

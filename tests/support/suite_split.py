@@ -112,3 +112,10 @@ class WorkerBusy:
             f"{name}: {self.tests} tests, busy {self.busy_s:.0f} s, from +{first:.0f} s to "
             f"+{self.last - session_start:.0f} s ({groups}{rest})"
         )
+
+
+def groups_on_several_workers(workers: dict[str, WorkerBusy]) -> list[str]:
+    """Groups whose tests ran on more than one worker: none, unless the split is broken (as
+    xdist's loadgroup was under pytest 9.2) or a worker crashed and its tests went elsewhere."""
+    seen = Counter(group for busy in workers.values() for group in busy.by_group)
+    return sorted(group for group, count in seen.items() if count > 1)
