@@ -7,12 +7,16 @@ assumed to be running. Without java or mvn, broker fixtures skip with that reaso
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +25,7 @@ from harness.certs import CertAuthority, Leaf
 from harness.cluster import Cluster, start_cluster
 from harness.lines import KAFKA_4X, KAFKA_39
 from harness.maven import MavenError, missing_tools
+from tests.support.suite_split import SuiteSplit, WorkerBusy, groups_on_several_workers, module_groups
 
 BrokerFactory = Callable[..., Broker]
 _topic_counter = itertools.count(1)
@@ -37,6 +42,10 @@ class BrokerStart:
 
 
 BROKER_STARTS: list[BrokerStart] = []
+# Under pytest-xdist, each worker's time in tests (the controller's view, from its reports).
+WORKERS: dict[str, WorkerBusy] = {}
+_SESSION_START = [time.time()]
+_SPLIT: list[SuiteSplit] = []  # the controller's, in a `--dist loadgroup` run
 
 # How many brokers the factory keeps running at once (each JVM: -Xmx384m, about 400 MB resident,
 # idle between tests). 4 keeps the 3.9 classic and 4.x brokers most tests use up while the
@@ -124,16 +133,79 @@ def broker_factory() -> Iterator[BrokerFactory]:
         broker.stop()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller of a `--dist loadgroup` run makes the directory its workers write groups to."""
+    if config.getoption("dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
+        _SPLIT.append(SuiteSplit(Path(tempfile.mkdtemp(prefix="group-replay-split-"))))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for split in _SPLIT:
+        shutil.rmtree(split.directory, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: the suite runs without xdist too
+def pytest_configure_node(node: Any) -> None:
+    if _SPLIT:
+        node.workerinput["suite_split"] = str(_SPLIT[0].directory)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # in place of xdist's loadgroup scheduler
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return _SPLIT[0].scheduler(config, log) if _SPLIT else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A worker writes every test's group (tests/support/suite_split.py: shared brokers in one
+    worker, Spark in one) for the controller's scheduler."""
+    directory = getattr(config, "workerinput", {}).get("suite_split")
+    if directory:
+        SuiteSplit(Path(directory)).write(config.workerinput["workerid"], module_groups(items))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION_START[0] = time.time()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # xdist sets it on the controller's copy of a worker's report
+    if node is not None:
+        group = _SPLIT[0].group(report.nodeid) if _SPLIT else "-"
+        WORKERS.setdefault(node.gateway.id, WorkerBusy()).add(report, group)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker hands its broker starts to the controller (`pytest_testnodedown`)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["broker_starts"] = [dataclasses.astuple(s) for s in BROKER_STARTS]
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: the run works without xdist too
+def pytest_testnodedown(node: object, error: object) -> None:
+    output = getattr(node, "workeroutput", {})
+    BROKER_STARTS.extend(BrokerStart(*s) for s in output.get("broker_starts", ()))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many brokers the session started, and for what: a spec started more than once was
-    stopped to make room for others (see docs/ci.md, "The suite's budget")."""
-    if not BROKER_STARTS:
-        return
-    total = sum(s.seconds for s in BROKER_STARTS)
-    terminalreporter.section(f"broker starts: {len(BROKER_STARTS)}, {total:.0f} s")
-    for s in BROKER_STARTS:
-        replaced = f" (stopped {s.replaced})" if s.replaced else ""
-        terminalreporter.write_line(f"{s.seconds:6.1f}s {s.spec}{replaced}")
+    stopped to make room for others (see docs/ci.md, "The suite's budget"). Under pytest-xdist
+    the starts are the workers' (`pytest_testnodedown` gathers them), and each worker's busy time
+    follows: the split is balanced when the two end close together."""
+    if BROKER_STARTS:
+        total = sum(s.seconds for s in BROKER_STARTS)
+        terminalreporter.section(f"broker starts: {len(BROKER_STARTS)}, {total:.0f} s")
+        for s in BROKER_STARTS:
+            replaced = f" (stopped {s.replaced})" if s.replaced else ""
+            terminalreporter.write_line(f"{s.seconds:6.1f}s {s.spec}{replaced}")
+    if WORKERS:
+        terminalreporter.section(f"xdist workers: {len(WORKERS)}")
+        for name, busy in sorted(WORKERS.items()):
+            terminalreporter.write_line(busy.line(name, _SESSION_START[0]))
+        split = groups_on_several_workers(WORKERS) if _SPLIT else []
+        if split:
+            broken = f"groups on several workers (the split is broken): {', '.join(split)}"
+            terminalreporter.write_line(broken, red=True)
 
 
 @pytest.fixture
