@@ -161,7 +161,10 @@ def test_static_rolling_bounce_does_not_rebalance(served: Served, kind: str) -> 
             topics=("events",),
             group_instance_id=instance,
             client_id=f"{kind}-{instance}",
-            session_timeout_ms=6000,
+            # KIP-345's promise is a bounce within the session timeout. A Java member's restart
+            # (JVM start to JoinGroup) took over 6 s once on a loaded 2-core machine beside the
+            # suite's other xdist worker (docs/ci.md); nothing here waits on the timeout itself.
+            session_timeout_ms=15_000,
         )
 
     members = {name: start_consumer(spec(name)) for name in ("a", "b")}
