@@ -73,10 +73,16 @@ CLOSE: Final = "close"
 HEADERS: Final = "headers"
 REQUEST_HEADS: Final = struct.Struct(">ihhi")
 RESPONSE_HEADS: Final = struct.Struct(">ii")
+# How the capture writer hands header-only runs to its process: not one tuple each (marshal
+# took ~0.3 us a tuple on the event loop) but packed back to back into one bytes item of the
+# batch, each run as `HEADER_RUN` (conn, ts_ns, length of its heads: > 0 requests, < 0
+# responses) followed by its heads.
+HEADER_RUN: Final = struct.Struct("<Iqi")
 
 __all__ = [
     "CLOSE",
     "HEADERS",
+    "HEADER_RUN",
     "OPEN",
     "P_API_KEY",
     "P_API_VERSION",

@@ -39,6 +39,7 @@ from proxy.commands import (
 from proxy.counts import ApiCounts
 from proxy.direction import DEFAULT_MAX_BUFFERED_BYTES, BudgetExceeded, BufferBudget, Direction
 from proxy.layouts import (
+    HEADER_RUN,
     HEADERS,
     P_API_KEY,
     P_API_VERSION,
@@ -82,6 +83,9 @@ _REQUEST_HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlatio
 _RESPONSE_HEAD = struct.Struct(">ii")  # size, correlation_id
 _RECORDED_REQUEST_HEAD = struct.Struct(">ihhih")  # ... and the client_id length
 _JOIN_GROUP = int(ApiKey.JOIN_GROUP)
+_RUN_BLANK = bytes(HEADER_RUN.size)  # a run's HEADER_RUN, packed in once its frames are counted
+_RUN_PACK = HEADER_RUN.pack_into
+_RUN_BLANK_SIZE = HEADER_RUN.size
 # Requests the relay never decodes: paired by correlation id and forwarded, nothing more.
 OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS - {ApiKey.SASL_HANDSHAKE}
 
@@ -97,7 +101,11 @@ class ProxySession(RawSaslTokens):
     `proxy.capture.header.RecordScope` names the sets). Frames of other APIs stay on the fast path
     and are recorded as their header only: one `HeaderRun` per run of them (`proxy.layouts.HEADERS`:
     each frame's size and fixed header fields packed back to back, a few bytes a frame instead of
-    a Record); the session counts every byte each
+    a Record). With `header_runs` (a bytearray the shell's recorder drains) those runs are packed
+    onto it instead (`proxy.layouts.HEADER_RUN` + heads each): no command and no call per read,
+    which is most of what group scope cost the event loop per read; before a `Record` the
+    session emits what `header_runs` holds as one `bytes` command, so the recorder keeps each
+    connection's order. The session counts every byte each
     side sent (`client_bytes`, `upstream_bytes`, in the capture's close comment). `addresses`:
     rewrite broker endpoints so that clients come back through the proxy. `policy`: the rewrite
     hook.
@@ -114,6 +122,7 @@ class ProxySession(RawSaslTokens):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         budget: BufferBudget | None = None,
         count_apis: bool = False,
+        header_runs: bytearray | None = None,
     ) -> None:
         self.conn = conn
         # Per API key (index): frames and bytes (size prefix included) each way, when asked for
@@ -123,6 +132,7 @@ class ProxySession(RawSaslTokens):
         self._record_all = record and record_api_keys is None
         self._record_keys: frozenset[int] = (record_api_keys or frozenset()) if record else frozenset()
         self._header_only = record and record_api_keys is not None  # the other frames' headers
+        self._sink = header_runs if self._header_only else None  # where their runs go, packed
         self.client_bytes = 0  # everything the client sent, recorded or not
         self.upstream_bytes = 0
         self.policy: RewritePolicy = policy if policy is not None else PassThrough()
@@ -196,6 +206,9 @@ class ProxySession(RawSaslTokens):
             self.closed = str(exc)
         except (FrameError, ProtocolViolation, CodecError, CorrelationError) as exc:
             self.closed = f"malformed {side} frame: {exc}"
+        if events and self._sink:  # runs after this read's Records: theirs to follow, in order
+            events.append(bytes(self._sink))
+            self._sink.clear()
         if self.closed is not None:
             self.release()
             return [*events, Close(self.closed)]
@@ -248,8 +261,8 @@ class ProxySession(RawSaslTokens):
         before = len(pending)
         counts = self.api_counts
         header_only = self._header_only
-        emit = self._events.append
-        conn = self.conn
+        sink = self._sink
+        mark = -1  # where this run's HEADER_RUN starts in the sink
         heads: list[bytes] = []
         while n - pos >= 12:
             size, api_key, api_version, correlation_id = unpack(data, pos)
@@ -260,17 +273,26 @@ class ProxySession(RawSaslTokens):
             if counts is not None:
                 counts.requests[api_key] += 1
                 counts.request_bytes[api_key] += 4 + size
-            if header_only:
-                heads.append(data[pos : pos + 12])  # REQUEST_HEADS: size, api_key, version, correlation
+            if header_only:  # REQUEST_HEADS: size, api_key, version, correlation
+                if sink is None:
+                    heads.append(data[pos : pos + 12])
+                else:
+                    if mark < 0:
+                        mark = len(sink)
+                        sink += _RUN_BLANK
+                    sink += data[pos : pos + 12]
             pos = end
-        if heads:
-            emit((HEADERS, conn, now_ns, "request", client_id, b"".join(heads)))
+        if mark >= 0:
+            _RUN_PACK(sink, mark, self.conn, now_ns, len(sink) - mark - _RUN_BLANK_SIZE)
+        elif heads:
+            self._events.append((HEADERS, self.conn, now_ns, "request", client_id, b"".join(heads)))
         self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
             self.table.trim()  # amortized: a pass only when the table has grown enough
         return pos
 
-    def _scan_responses(self, data: bytes, pos: int, n: int) -> int:
+    def _scan_responses(self, data: bytes, pos: int, n: int) -> int:  # noqa: C901 - measured hot-path
+        # loop (bench/proxy_overhead.py): the header-only runs' two ways (sink or command) inline
         """Pops the request each whole response from `pos` on answers, while it is the oldest
         pending one and needs no rewrite; stops at anything else (the general path decides)."""
         pending = self.table.pending
@@ -281,7 +303,8 @@ class ProxySession(RawSaslTokens):
         before = len(pending)
         counts = self.api_counts
         header_only = self._header_only
-        emit = self._events.append
+        sink = self._sink
+        mark = -1  # where this run's HEADER_RUN starts in the sink
         heads: list[bytes] = []
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
@@ -298,11 +321,20 @@ class ProxySession(RawSaslTokens):
                 counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
                 if head[P_API_KEY] == _JOIN_GROUP:
                     counts.count_join(head[P_GROUP_ID])
-            if header_only:
-                heads.append(data[pos : pos + 8])  # RESPONSE_HEADS: size, correlation_id
+            if header_only:  # RESPONSE_HEADS: size, correlation_id
+                if sink is None:
+                    heads.append(data[pos : pos + 8])
+                else:
+                    if mark < 0:
+                        mark = len(sink)
+                        sink += _RUN_BLANK
+                    sink += data[pos : pos + 8]
             pos = end
-        if heads:
-            emit((HEADERS, self.conn, self._now_ns, "response", self.client_id, b"".join(heads)))
+        if mark >= 0:  # a response run's length is negative
+            _RUN_PACK(sink, mark, self.conn, self._now_ns, mark + _RUN_BLANK_SIZE - len(sink))
+        elif heads:
+            run = (HEADERS, self.conn, self._now_ns, "response", self.client_id, b"".join(heads))
+            self._events.append(run)
         self.responses += before - len(pending)
         return pos
 
@@ -404,6 +436,23 @@ class ProxySession(RawSaslTokens):
         self.responses += before - len(pending)
         return pos
 
+    def _header_run(self, direction: str, head: bytes) -> None:
+        """One header-only frame of the general path: onto the sink, or as a HEADERS command."""
+        sink = self._sink
+        if sink is None:
+            self._events.append((HEADERS, self.conn, self._now_ns, direction, self.client_id, head))
+            return
+        sink += HEADER_RUN.pack(self.conn, self._now_ns, len(head) if direction == "request" else -len(head))
+        sink += head
+
+    def _recorded(self, record: Record) -> None:
+        """A Record after the header-only runs packed so far (one `bytes` command: the order)."""
+        sink = self._sink
+        if sink:
+            self._events.append(bytes(sink))
+            sink.clear()
+        self._events.append(record)
+
     # -- requests ------------------------------------------------------------------------------
 
     def _classify_request(self, source: bytes | bytearray, offset: int, size: int) -> tuple[bool, bool]:
@@ -430,7 +479,7 @@ class ProxySession(RawSaslTokens):
         # Opaque: the prefix is all the proxy reads; the request is paired here and now.
         if self._header_only:
             head = REQUEST_HEADS.pack(size, api_key, api_version, correlation_id)
-            self._events.append((HEADERS, self.conn, self._now_ns, "request", self.client_id, head))
+            self._header_run("request", head)
         self.requests += 1
         self.table.add(
             PendingRequest(
@@ -481,7 +530,7 @@ class ProxySession(RawSaslTokens):
             )
         )
         if self.record and (self._record_all or api_key in self._record_keys):
-            self._events.append(
+            self._recorded(
                 Record(
                     conn=self.conn,
                     direction="request",
@@ -526,7 +575,7 @@ class ProxySession(RawSaslTokens):
         keep = recorded or hold or sasl_v0
         if not keep and self._header_only:
             head = RESPONSE_HEADS.pack(size, request.correlation_id)
-            self._events.append((HEADERS, self.conn, self._now_ns, "response", self.client_id, head))
+            self._header_run("response", head)
         return keep, hold
 
     def _finish_response(self, payload: bytes) -> bytes | None:
@@ -544,7 +593,7 @@ class ProxySession(RawSaslTokens):
         if client_payload is not payload:
             self.rewrites += 1
         if self.record and (self._record_all or request.api_key in self._record_keys):
-            self._events.append(
+            self._recorded(
                 Record(
                     conn=self.conn,
                     direction="response",

@@ -461,3 +461,74 @@ def vars_of(counts: object) -> tuple[list[int], ...]:
     return tuple(
         getattr(counts, name) for name in ("requests", "request_bytes", "responses", "response_bytes")
     )
+
+
+def _recorded_in_order(commands: list[object], left: bytes = b"") -> list[tuple[object, ...]]:
+    """What a group-scope session hands the recorder, in order, one entry per frame: a Record's
+    (direction, correlation id), a header-only frame's (direction, ts_ns, head bytes) whether it
+    came as a HEADERS run or packed (`layouts.HEADER_RUN`, a session given `header_runs`; `left`:
+    what the sink still holds at the end)."""
+    from proxy.layouts import HEADER_RUN, REQUEST_HEADS, RESPONSE_HEADS
+
+    out: list[tuple[object, ...]] = []
+    for command in [*commands, *([left] if left else [])]:
+        if isinstance(command, Record):
+            out.append(("record", command.direction, command.correlation_id))
+        elif type(command) is tuple:
+            _, conn, ts_ns, direction, _, heads = command
+            stride = REQUEST_HEADS.size if direction == "request" else RESPONSE_HEADS.size
+            out += [(conn, direction, ts_ns, heads[i : i + stride]) for i in range(0, len(heads), stride)]
+        elif type(command) is bytes:
+            at = 0
+            while at < len(command):
+                conn, ts_ns, length = HEADER_RUN.unpack_from(command, at)
+                direction = "request" if length > 0 else "response"
+                stride = REQUEST_HEADS.size if length > 0 else RESPONSE_HEADS.size
+                heads = command[at + HEADER_RUN.size : at + HEADER_RUN.size + abs(length)]
+                out += [(conn, direction, ts_ns, heads[i : i + stride]) for i in range(0, len(heads), stride)]
+                at += HEADER_RUN.size + abs(length)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    frames=st.lists(
+        st.tuples(st.sampled_from(["hb", "produce", "metadata"]), st.binary(max_size=200)),
+        min_size=1,
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
+    scans=st.booleans(),
+)
+def test_header_runs_packed_onto_a_sink_keep_the_commands_order(
+    frames: list[tuple[str, bytes]], cuts: list[int], scans: bool
+) -> None:
+    """Group scope with `header_runs` (the server's sessions: the recorder's bytearray) packs the
+    header-only runs there instead of emitting HEADERS commands, and emits what it holds as one
+    bytes command before a Record: the recorder gets the same frames, timestamps and order as
+    from a session without it, whether the scans or the general path handle them."""
+    from proxy.capture.header import RecordScope
+
+    def wire(i: int, kind: str, body: bytes) -> bytes:
+        match kind:
+            case "hb":
+                return _heartbeat(i)
+            case "produce":
+                return _opaque(i, body)
+        return _opaque_as(i, "c1", body)
+
+    requests = b"".join(wire(i, kind, body) for i, (kind, body) in enumerate(frames))
+    responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
+    request_chunks = split_at(requests, cuts)
+    response_chunks = split_at(responses, [c * 7 for c in cuts])
+    sink = bytearray()
+    packed = ProxySession(3, record=True, record_api_keys=RecordScope.GROUP.api_keys, header_runs=sink)
+    plain = ProxySession(3, record=True, record_api_keys=RecordScope.GROUP.api_keys)
+    if not scans:
+        packed._requests.scan = packed._responses.scan = None
+    packed_out = _exchange(packed, request_chunks, response_chunks)
+    plain_out = _exchange(plain, request_chunks, response_chunks)
+    assert not any(type(c) is tuple for c in packed_out)
+    assert _recorded_in_order(packed_out, bytes(sink)) == _recorded_in_order(plain_out)
+    assert b"".join(c.data for c in packed_out if isinstance(c, SendUpstream)) == requests
+    assert b"".join(c.data for c in packed_out if isinstance(c, SendClient)) == responses
