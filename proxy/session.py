@@ -83,9 +83,7 @@ _REQUEST_HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlatio
 _RESPONSE_HEAD = struct.Struct(">ii")  # size, correlation_id
 _RECORDED_REQUEST_HEAD = struct.Struct(">ihhih")  # ... and the client_id length
 _JOIN_GROUP = int(ApiKey.JOIN_GROUP)
-_RUN_BLANK = bytes(HEADER_RUN.size)  # a run's HEADER_RUN, packed in once its frames are counted
-_RUN_PACK = HEADER_RUN.pack_into
-_RUN_BLANK_SIZE = HEADER_RUN.size
+_RUN_PACK = HEADER_RUN.pack
 # Requests the relay never decodes: paired by correlation id and forwarded, nothing more.
 OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS - {ApiKey.SASL_HANDSHAKE}
 
@@ -261,8 +259,6 @@ class ProxySession(RawSaslTokens):
         before = len(pending)
         counts = self.api_counts
         header_only = self._header_only
-        sink = self._sink
-        mark = -1  # where this run's HEADER_RUN starts in the sink
         heads: list[bytes] = []
         while n - pos >= 12:
             size, api_key, api_version, correlation_id = unpack(data, pos)
@@ -273,26 +269,17 @@ class ProxySession(RawSaslTokens):
             if counts is not None:
                 counts.requests[api_key] += 1
                 counts.request_bytes[api_key] += 4 + size
-            if header_only:  # REQUEST_HEADS: size, api_key, version, correlation
-                if sink is None:
-                    heads.append(data[pos : pos + 12])
-                else:
-                    if mark < 0:
-                        mark = len(sink)
-                        sink += _RUN_BLANK
-                    sink += data[pos : pos + 12]
+            if header_only:
+                heads.append(data[pos : pos + 12])  # REQUEST_HEADS: size, api_key, version, correlation
             pos = end
-        if mark >= 0:
-            _RUN_PACK(sink, mark, self.conn, now_ns, len(sink) - mark - _RUN_BLANK_SIZE)
-        elif heads:
-            self._events.append((HEADERS, self.conn, now_ns, "request", client_id, b"".join(heads)))
+        if heads:
+            self._header_run("request", b"".join(heads))
         self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
             self.table.trim()  # amortized: a pass only when the table has grown enough
         return pos
 
-    def _scan_responses(self, data: bytes, pos: int, n: int) -> int:  # noqa: C901 - measured hot-path
-        # loop (bench/proxy_overhead.py): the header-only runs' two ways (sink or command) inline
+    def _scan_responses(self, data: bytes, pos: int, n: int) -> int:
         """Pops the request each whole response from `pos` on answers, while it is the oldest
         pending one and needs no rewrite; stops at anything else (the general path decides)."""
         pending = self.table.pending
@@ -303,8 +290,6 @@ class ProxySession(RawSaslTokens):
         before = len(pending)
         counts = self.api_counts
         header_only = self._header_only
-        sink = self._sink
-        mark = -1  # where this run's HEADER_RUN starts in the sink
         heads: list[bytes] = []
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
@@ -321,20 +306,11 @@ class ProxySession(RawSaslTokens):
                 counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
                 if head[P_API_KEY] == _JOIN_GROUP:
                     counts.count_join(head[P_GROUP_ID])
-            if header_only:  # RESPONSE_HEADS: size, correlation_id
-                if sink is None:
-                    heads.append(data[pos : pos + 8])
-                else:
-                    if mark < 0:
-                        mark = len(sink)
-                        sink += _RUN_BLANK
-                    sink += data[pos : pos + 8]
+            if header_only:
+                heads.append(data[pos : pos + 8])  # RESPONSE_HEADS: size, correlation_id
             pos = end
-        if mark >= 0:  # a response run's length is negative
-            _RUN_PACK(sink, mark, self.conn, self._now_ns, mark + _RUN_BLANK_SIZE - len(sink))
-        elif heads:
-            run = (HEADERS, self.conn, self._now_ns, "response", self.client_id, b"".join(heads))
-            self._events.append(run)
+        if heads:
+            self._header_run("response", b"".join(heads))
         self.responses += before - len(pending)
         return pos
 
@@ -436,14 +412,15 @@ class ProxySession(RawSaslTokens):
         self.responses += before - len(pending)
         return pos
 
-    def _header_run(self, direction: str, head: bytes) -> None:
-        """One header-only frame of the general path: onto the sink, or as a HEADERS command."""
+    def _header_run(self, direction: str, heads: bytes) -> None:
+        """A run of header-only frames (`heads`: theirs back to back): onto the sink, packed, or as
+        a HEADERS command."""
         sink = self._sink
         if sink is None:
-            self._events.append((HEADERS, self.conn, self._now_ns, direction, self.client_id, head))
+            self._events.append((HEADERS, self.conn, self._now_ns, direction, self.client_id, heads))
             return
-        sink += HEADER_RUN.pack(self.conn, self._now_ns, len(head) if direction == "request" else -len(head))
-        sink += head
+        sink += _RUN_PACK(self.conn, self._now_ns, len(heads) if direction == "request" else -len(heads))
+        sink += heads
 
     def _recorded(self, record: Record) -> None:
         """A Record after the header-only runs packed so far (one `bytes` command: the order)."""

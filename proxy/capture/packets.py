@@ -93,20 +93,13 @@ class Synthesizer:
         self.written_bytes = 0
         self.error: BaseException | None = None
 
-    def batch(self, batch: list[tuple[Any, ...]]) -> list[Buffer]:
+    def batch(self, batch: list[Any]) -> list[Buffer]:
         """One marshalled batch from the proxy: frames as plain `Record` tuples, events tagged."""
         out: list[Buffer] = []
         run: list[tuple[Any, ...]] = []
         for entry in batch:
-            if type(entry) is bytes:  # header-only runs, packed (most of what group scope records)
-                if run:
-                    self._flush_tuples(run, out)
-                try:
-                    self._header_runs(entry, out)
-                except Exception as exc:  # keep recording the rest; remember the first failure
-                    self.error = self.error or exc
-                continue
-            if type(entry[R_CONN]) is int:  # a frame: a Record as a plain tuple (else an event)
+            packed = type(entry) is bytes  # header-only runs (most of what group scope records)
+            if not packed and type(entry[R_CONN]) is int:  # a Record as a plain tuple (else an event)
                 if run and (run[0][R_CONN] != entry[R_CONN] or run[0][R_DIRECTION] != entry[R_DIRECTION]):
                     self._flush_tuples(run, out)
                 run.append(entry)
@@ -114,7 +107,10 @@ class Synthesizer:
             if run:
                 self._flush_tuples(run, out)
             try:
-                self._write(entry, out)
+                if packed:
+                    self._header_runs(entry, out)
+                else:
+                    self._write(entry, out)
             except Exception as exc:  # keep recording the rest; remember the first failure
                 self.error = self.error or exc
         self._flush_tuples(run, out)
