@@ -33,6 +33,16 @@ FORMAT_4 = FORMATS / "format-4-header-only.pcapng"
 FORMAT_5 = FORMATS / "format-5-header-only.pcapng"  # the same input, written by format 5's writer
 
 
+def _hand_over(writer: CaptureWriter, commands: list[object]) -> None:
+    """A read's recording commands to the writer, as `proxy.server` hands them over."""
+    for command in commands:
+        if isinstance(command, Record):
+            writer.record(command)
+        elif type(command) is tuple or type(command) is bytes:
+            writer.record_event(command)  # type: ignore[arg-type]
+    writer.after_read()
+
+
 def _scoped_capture(path: Path) -> None:
     """The session input `fixtures/formats/format-4-header-only.pcapng` was written from (by the
     writer of format 4): two Produce requests (one of 100 KB) and their responses (one of 70 KB)
@@ -42,11 +52,7 @@ def _scoped_capture(path: Path) -> None:
     writer.open_connection(1, 1_000, "127.0.0.1:40000", "broker:9092")
 
     def run(commands: list[object]) -> None:
-        for command in commands:
-            if isinstance(command, Record):
-                writer.record(command)
-            elif type(command) is tuple:
-                writer.record_event(command)
+        _hand_over(writer, commands)
 
     produce, small = _opaque(8, b"\x07" * 100_000), _opaque(9, b"\x05" * 50)
     run(session.client_data(produce + small, 2_000))
@@ -216,14 +222,7 @@ def _mixed_capture(path: Path, packed: bool) -> None:
     writer.open_connection(1, 1_000, "127.0.0.1:40000", "broker:9092")
 
     def run(commands: list[object]) -> None:
-        for command in commands:
-            if isinstance(command, Record):
-                writer.record(command)
-            elif type(command) is bytes:
-                writer.record_runs(command)
-            elif type(command) is tuple:
-                writer.record_event(command)
-        writer.after_read()
+        _hand_over(writer, commands)
 
     run(session.client_data(_opaque(1, b"a" * 40) + _heartbeat(2) + _opaque(3, b"b" * 50), 2_000))
     run(session.client_data(_opaque(4, b"c" * 60) + _opaque(5, b"d" * 60), 2_100))

@@ -396,22 +396,8 @@ def test_hot_path_tuple_layouts_match_their_named_tuples() -> None:
             assert PendingRequest._fields[getattr(layouts, name)] == name[2:].lower(), name
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    frames=st.lists(
-        st.tuples(st.sampled_from(["hb", "produce", "metadata"]), st.binary(max_size=200)),
-        min_size=1,
-        max_size=12,
-    ),
-    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
-)
-def test_group_scope_records_group_frames_and_their_lookups_only(
-    frames: list[tuple[str, bytes]], cuts: list[int]
-) -> None:
-    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact and recorded as its
-    header only (a HEADERS run); heartbeats and Metadata become whole Records (both paths alike), and every
-    byte is counted."""
-    from proxy.capture.header import RecordScope
+def _group_scope_wire(frames: list[tuple[str, bytes]]) -> tuple[bytes, bytes]:
+    """Requests (a heartbeat, a Produce or a Metadata-keyed opaque frame each) and their answers."""
 
     def wire(i: int, kind: str, body: bytes) -> bytes:
         match kind:
@@ -423,6 +409,30 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
 
     requests = b"".join(wire(i, kind, body) for i, (kind, body) in enumerate(frames))
     responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
+    return requests, responses
+
+
+_GROUP_SCOPE_FRAMES = st.lists(
+    st.tuples(st.sampled_from(["hb", "produce", "metadata"]), st.binary(max_size=200)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    frames=_GROUP_SCOPE_FRAMES,
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
+)
+def test_group_scope_records_group_frames_and_their_lookups_only(
+    frames: list[tuple[str, bytes]], cuts: list[int]
+) -> None:
+    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact and recorded as its
+    header only (a HEADERS run); heartbeats and Metadata become whole Records (both paths alike), and every
+    byte is counted."""
+    from proxy.capture.header import RecordScope
+
+    requests, responses = _group_scope_wire(frames)
     fast, fast_out, slow, slow_out = _fast_and_slow(
         requests, responses, cuts, record=True, record_api_keys=RecordScope.GROUP.api_keys, count_apis=True
     )
@@ -492,11 +502,7 @@ def _recorded_in_order(commands: list[object], left: bytes = b"") -> list[tuple[
 
 @settings(max_examples=150, deadline=None)
 @given(
-    frames=st.lists(
-        st.tuples(st.sampled_from(["hb", "produce", "metadata"]), st.binary(max_size=200)),
-        min_size=1,
-        max_size=12,
-    ),
+    frames=_GROUP_SCOPE_FRAMES,
     cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
     scans=st.booleans(),
 )
@@ -509,16 +515,7 @@ def test_header_runs_packed_onto_a_sink_keep_the_commands_order(
     from a session without it, whether the scans or the general path handle them."""
     from proxy.capture.header import RecordScope
 
-    def wire(i: int, kind: str, body: bytes) -> bytes:
-        match kind:
-            case "hb":
-                return _heartbeat(i)
-            case "produce":
-                return _opaque(i, body)
-        return _opaque_as(i, "c1", body)
-
-    requests = b"".join(wire(i, kind, body) for i, (kind, body) in enumerate(frames))
-    responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
+    requests, responses = _group_scope_wire(frames)
     request_chunks = split_at(requests, cuts)
     response_chunks = split_at(responses, [c * 7 for c in cuts])
     sink = bytearray()
