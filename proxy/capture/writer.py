@@ -22,10 +22,15 @@ at `flush()` and `close()`.
 
 Per batch, what recording costs beyond the frames is mostly waking processes on this 2-core VM
 (bench/README.md, "Where the writer's ~200 us per batch went"): so the event loop reads the
-writer's reports at each hand-over, not when they arrive (`add_reader` woke it once more per
-batch), and the writer process naps after a small read (the proxy's next batches gather in the
-pipe), takes everything the pipe holds in one read, and writes the blocks of all of it with one
-`writev` and one report.
+writer's reports every 8th hand-over, not when they arrive (`add_reader` woke it once more per
+batch), and the writer process takes everything the pipe holds in one read, and writes the
+blocks of all of it with one `writev` and one report.
+
+Group scope's header-only runs (most of what it records) cost the event loop no command and no
+call of their own per read: the server's sessions pack them onto `header_runs`
+(`layouts.HEADER_RUN` + heads), which a batch carries as one bytes item (marshal took ~0.3 us per
+run tuple); `after_read` starts the batch. A session emits what `header_runs` holds as one bytes
+command before a Record, so the writer sees each connection's frames in order.
 """
 
 from __future__ import annotations
