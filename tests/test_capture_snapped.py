@@ -230,14 +230,23 @@ def _mixed_capture(path: Path, packed: bool) -> None:
     run(session.upstream_data(b"".join(responses[:3]), 3_000))
     run(session.client_data(_join(6), 3_100))
     run(session.upstream_data(b"".join(responses[3:]), 3_200))
+    # Runs of equal sizes (the writer takes their heads at the frames' stride), even and odd.
+    run(session.client_data(b"".join(_opaque(cid, b"e" * 90) for cid in range(7, 13)), 3_300))
+    run(session.client_data(b"".join(_opaque(cid, b"o" * 91) for cid in range(13, 18)), 3_400))
+    run(
+        session.upstream_data(
+            b"".join(frame(cid.to_bytes(4, "big") + b"\x01" * 8) for cid in range(6, 18)), 3_500
+        )
+    )
     writer.close_connection(1, 4_000, "done", 0, 0)
     writer.close()
 
 
 def test_runs_packed_by_the_session_write_what_headers_commands_write(tmp_path: Path) -> None:
     """The server's sessions pack header-only runs onto the writer (`header_runs`) instead of a
-    HEADERS command per read: the capture holds the same frames, in the same order, with the
-    same timestamps and TCP streams (a run after a group frame in the same read stays after it)."""
+    HEADERS command per read, small frames whole (the writer takes their heads): the capture holds
+    the same frames, in the same order, with the same timestamps and TCP streams (a run after a
+    group frame in the same read stays after it), byte for byte."""
     _mixed_capture(tmp_path / "packed.pcapng", packed=True)
     _mixed_capture(tmp_path / "plain.pcapng", packed=False)
     fields = _fields(tmp_path / "plain.pcapng")
@@ -253,6 +262,8 @@ def test_runs_packed_by_the_session_write_what_headers_commands_write(tmp_path: 
         ("client", "request", 6),
         ("client", "response", 4),
         ("client", "response", 5),
+        *[("client", "request", cid) for cid in range(7, 18)],
+        *[("client", "response", cid) for cid in range(6, 18)],
     ]
     assert _fields(tmp_path / "packed.pcapng") == fields
     assert (tmp_path / "packed.pcapng").read_bytes() == (tmp_path / "plain.pcapng").read_bytes()

@@ -42,7 +42,13 @@ from proxy.capture.header import (
     frame_comment_tail,
     open_comment,
 )
-from proxy.capture.snapped import REQUEST_CAPTURED, RESPONSE_CAPTURED, header_only_blocks, skip_header_only
+from proxy.capture.snapped import (
+    REQUEST_CAPTURED,
+    RESPONSE_CAPTURED,
+    header_only_blocks,
+    skip_header_only,
+    whole_frames,
+)
 from proxy.capture.tcp import FLAG_ACK as _FLAG_ACK
 from proxy.capture.tcp import FLAG_FIN as _FLAG_FIN
 from proxy.capture.tcp import FLAG_PSH as _FLAG_PSH
@@ -126,7 +132,7 @@ class Synthesizer:
         at = 0
         end = len(packed)
         while at < end:
-            conn, ts_ns, length = unpack(packed, at)
+            conn, ts_ns, length, whole = unpack(packed, at)
             to_server = length > 0
             if not to_server:
                 length = -length
@@ -134,8 +140,11 @@ class Synthesizer:
             heads = packed[at : at + length]
             at += length
             stride = REQUEST_CAPTURED if to_server else RESPONSE_CAPTURED  # the captured bytes are the heads
+            captured = stride
+            if whole:
+                heads, stride = whole_frames(heads, captured)
             stream = streams.get((conn, 0)) or self._stream(conn, 0)
-            out.append(header_only_blocks(stream, 0, to_server, ts_ns, heads, stride, stride))
+            out.append(header_only_blocks(stream, 0, to_server, ts_ns, heads, stride, captured))
             skip_header_only(streams.get((conn, 1)) or self._stream(conn, 1), to_server, heads, stride)
             self.written_bytes += step + length  # what the proxy counted for it
 

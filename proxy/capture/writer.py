@@ -55,7 +55,7 @@ from proxy.capture.header import (
     tool_version,
 )
 from proxy.commands import Closed, Opened
-from proxy.layouts import CLOSE, HEADER_RUN, OPEN, R_CLIENT_PAYLOAD, Record
+from proxy.layouts import CLOSE, HEADER_RUN, HEADS, OPEN, R_CLIENT_PAYLOAD, Record
 
 # ---------------------------------------------------------------------------------------------
 # The proxy side: a list per ~2 ms, written to the writer process's pipe without blocking
@@ -235,7 +235,7 @@ class CaptureWriter:
         """A header-only run (`layouts.HEADERS`), packed onto the batch's runs (`HEADER_RUN`)."""
         _, conn, ts_ns, direction, _, heads = run
         runs = self._runs
-        runs += _HEADER_RUN_PACK(conn, ts_ns, len(heads) if direction == "request" else -len(heads))
+        runs += _HEADER_RUN_PACK(conn, ts_ns, len(heads) if direction == "request" else -len(heads), HEADS)
         runs += heads
         self.after_read()
 
