@@ -38,10 +38,8 @@ from proxy.commands import (
 )
 from proxy.counts import ApiCounts
 from proxy.direction import DEFAULT_MAX_BUFFERED_BYTES, BudgetExceeded, BufferBudget, Direction
+from proxy.header_runs import HeaderRuns
 from proxy.layouts import (
-    HEADER_RUN,
-    HEADERS,
-    HEADS,
     P_API_KEY,
     P_API_VERSION,
     P_CLIENT_ID,
@@ -51,7 +49,6 @@ from proxy.layouts import (
     P_UPSTREAM_API_VERSION,
     REQUEST_HEADS,
     RESPONSE_HEADS,
-    WHOLE_FRAMES,
     Record,
     new_record,
 )
@@ -85,11 +82,6 @@ _REQUEST_HEAD = struct.Struct(">ihhi")  # size, api_key, api_version, correlatio
 _RESPONSE_HEAD = struct.Struct(">ii")  # size, correlation_id
 _RECORDED_REQUEST_HEAD = struct.Struct(">ihhih")  # ... and the client_id length
 _JOIN_GROUP = int(ApiKey.JOIN_GROUP)
-_RUN_PACK = HEADER_RUN.pack
-_SIZE = struct.Struct(">i")
-# Frames up to this size on average go to the capture writer whole (a memcpy per read instead of a
-# slice per frame; measured: the slices were a third of the relay's own per-frame work).
-_WHOLE_FRAME_BYTES = 256
 # Requests the relay never decodes: paired by correlation id and forwarded, nothing more.
 OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS - {ApiKey.SASL_HANDSHAKE}
 
@@ -98,7 +90,7 @@ OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS - {ApiKey.SASL_HANDSHAKE}
 # The session
 
 
-class ProxySession(RawSaslTokens):
+class ProxySession(RawSaslTokens, HeaderRuns):
     """Relays one client connection to its upstream broker.
 
     `record`: emit a `Record` for the frames of the APIs in `record_api_keys` (None: every frame;
@@ -411,46 +403,6 @@ class ProxySession(RawSaslTokens):
             pos = end
         self.responses += before - len(pending)
         return pos
-
-    def _header_run(self, direction: str, heads: bytes) -> None:
-        """A run of header-only frames (`heads`: theirs back to back): onto the sink, packed, or as
-        a HEADERS command."""
-        sink = self._sink
-        if sink is None:
-            self._events.append((HEADERS, self.conn, self._now_ns, direction, self.client_id, heads))
-            return
-        sink += _RUN_PACK(
-            self.conn, self._now_ns, len(heads) if direction == "request" else -len(heads), HEADS
-        )
-        sink += heads
-
-    def _header_frames(self, direction: str, data: bytes, start: int, end: int, frames: int) -> None:
-        """A scan's run of header-only frames, `data[start:end]`: small frames go onto the sink
-        whole (one copy per read, none per frame: the writer process takes their heads), bigger
-        ones (or without a sink) as their heads, sliced (REQUEST_HEADS, RESPONSE_HEADS)."""
-        sink = self._sink
-        if sink is not None and end - start <= _WHOLE_FRAME_BYTES * frames:
-            length = end - start
-            sink += _RUN_PACK(
-                self.conn, self._now_ns, length if direction == "request" else -length, WHOLE_FRAMES
-            )
-            sink += data if (start == 0 and end == len(data)) else memoryview(data)[start:end]
-            return
-        captured = REQUEST_HEADS.size if direction == "request" else RESPONSE_HEADS.size
-        unpack = _SIZE.unpack_from
-        heads: list[bytes] = []
-        while start < end:
-            heads.append(data[start : start + captured])
-            start += 4 + unpack(data, start)[0]
-        self._header_run(direction, b"".join(heads))
-
-    def _recorded(self, record: Record) -> None:
-        """A Record after the header-only runs packed so far (one `bytes` command: the order)."""
-        sink = self._sink
-        if sink:
-            self._events.append(bytes(sink))
-            sink.clear()
-        self._events.append(record)
 
     # -- requests ------------------------------------------------------------------------------
 

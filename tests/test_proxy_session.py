@@ -473,6 +473,14 @@ def vars_of(counts: object) -> tuple[list[int], ...]:
     )
 
 
+def _frame_starts(frames: bytes) -> list[int]:
+    starts, at = [], 0
+    while at < len(frames):
+        starts.append(at)
+        at += 4 + int.from_bytes(frames[at : at + 4], "big", signed=True)
+    return starts
+
+
 def _recorded_in_order(commands: list[object], left: bytes = b"") -> list[tuple[object, ...]]:
     """What a group-scope session hands the recorder, in order, one entry per frame: a Record's
     (direction, correlation id), a header-only frame's (direction, ts_ns, head bytes) whether it
@@ -491,11 +499,13 @@ def _recorded_in_order(commands: list[object], left: bytes = b"") -> list[tuple[
         elif type(command) is bytes:
             at = 0
             while at < len(command):
-                conn, ts_ns, length = HEADER_RUN.unpack_from(command, at)
+                conn, ts_ns, length, whole = HEADER_RUN.unpack_from(command, at)
                 direction = "request" if length > 0 else "response"
-                stride = REQUEST_HEADS.size if length > 0 else RESPONSE_HEADS.size
-                heads = command[at + HEADER_RUN.size : at + HEADER_RUN.size + abs(length)]
-                out += [(conn, direction, ts_ns, heads[i : i + stride]) for i in range(0, len(heads), stride)]
+                captured = REQUEST_HEADS.size if length > 0 else RESPONSE_HEADS.size
+                run = command[at + HEADER_RUN.size : at + HEADER_RUN.size + abs(length)]
+                # Whole frames (small ones): each frame's first bytes are its head.
+                starts = list(_frame_starts(run)) if whole else range(0, len(run), captured)
+                out += [(conn, direction, ts_ns, run[i : i + captured]) for i in starts]
                 at += HEADER_RUN.size + abs(length)
     return out
 
