@@ -2,7 +2,8 @@
 
 Two measures, each the best of 7 repetitions, in a fresh process per tree, the trees alternating:
 - `writer`: the capture writer process's `Synthesizer.batch` on header-only runs (marshalled
-  batches of 64 runs, as the proxy sends them) of 1 frame (a client one request at a time) and
+  batches of 64 runs, as the proxy sends them: packed into one bytes item where the tree has
+  `layouts.HEADER_RUN`) of 1 frame (a client one request at a time) and
   of 64 frames (a pipelining client), CPU per request/response pair.
 - `relay`: the proxy's event loop (`proxy.server._ClientSide` with stand-in transports, a real
   `CaptureWriter` and its writer process, inside a running asyncio loop), process CPU per
@@ -60,7 +61,22 @@ def writer_us(frames: int, pairs: int) -> float:
         runs.append(
             (HEADERS, 1 + i % 4, 1001 + i, "response", "c", b"".join(RESPONSE_HEADS.pack(96, c) for c in ids))
         )
-    batches = [marshal.dumps(runs[i : i + 64]) for i in range(0, len(runs), 64)]
+    from proxy import layouts
+
+    if hasattr(layouts, "HEADER_RUN"):  # runs packed into one bytes item per batch, as the proxy sends them
+        run_head = layouts.HEADER_RUN
+
+        def packed(chunk: list[tuple[object, ...]]) -> list[bytes]:
+            return [
+                b"".join(
+                    run_head.pack(conn, ts, len(heads) if direction == "request" else -len(heads)) + heads
+                    for _, conn, ts, direction, _, heads in chunk  # type: ignore[misc]
+                )
+            ]
+
+        batches = [marshal.dumps(packed(runs[i : i + 64])) for i in range(0, len(runs), 64)]
+    else:
+        batches = [marshal.dumps(runs[i : i + 64]) for i in range(0, len(runs), 64)]
     best = float("inf")
     for _ in range(7):
         synthesizer = Synthesizer()

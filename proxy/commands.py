@@ -98,7 +98,8 @@ class Closed:
 
 # (HEADERS, conn, ts_ns, direction, client_id, heads): header-only frames (proxy.layouts.HEADERS)
 HeaderRun = tuple[str, int, int, str, str | None, bytes]
-Command = SendUpstream | SendClient | Record | Close | Opened | Closed | HeaderRun
+# bytes: header-only runs packed (proxy.layouts.HEADER_RUN), by a session given `header_runs`
+Command = SendUpstream | SendClient | Record | Close | Opened | Closed | HeaderRun | bytes
 
 
 class ProtocolViolation(Exception):

@@ -303,6 +303,7 @@ class _ClientSide(asyncio.Protocol):
             max_frame_bytes=server.config.max_frame_bytes,
             budget=server.budget,
             count_apis=server.config.metrics is not None,
+            header_runs=getattr(recorder, "header_runs", None),
         )
         self.recorder = recorder
         self.client: asyncio.Transport | None = None
@@ -412,7 +413,7 @@ class _ClientSide(asyncio.Protocol):
             elif kind is SendClient:
                 assert self.client is not None
                 self.client.write(command.data)
-            elif kind is tuple:  # a header-only run: most of what record scope group hands over
+            elif kind is bytes or kind is tuple:  # header-only runs (packed: `header_runs`)
                 recorder.record_event(command)  # type: ignore[union-attr]
             elif kind is Record:
                 recorder.record(command)  # type: ignore[union-attr]
@@ -424,7 +425,7 @@ class _ClientSide(asyncio.Protocol):
                 recorder.record_event(command)
         if (
             recorder is not None
-            and recorder.backlog_bytes > CAPTURE_BACKLOG_HIGH
+            and recorder.after_read() > CAPTURE_BACKLOG_HIGH  # the runs the session packed, and the backlog
             and "capture" not in self.pauses
         ):
             self._pause_for_capture()

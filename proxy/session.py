@@ -38,8 +38,8 @@ from proxy.commands import (
 )
 from proxy.counts import ApiCounts
 from proxy.direction import DEFAULT_MAX_BUFFERED_BYTES, BudgetExceeded, BufferBudget, Direction
+from proxy.header_runs import HeaderRuns
 from proxy.layouts import (
-    HEADERS,
     P_API_KEY,
     P_API_VERSION,
     P_CLIENT_ID,
@@ -90,14 +90,18 @@ OPAQUE_REQUEST_KEYS = KNOWN_API_KEYS - GROUP_API_KEYS - {ApiKey.SASL_HANDSHAKE}
 # The session
 
 
-class ProxySession(RawSaslTokens):
+class ProxySession(RawSaslTokens, HeaderRuns):
     """Relays one client connection to its upstream broker.
 
     `record`: emit a `Record` for the frames of the APIs in `record_api_keys` (None: every frame;
     `proxy.capture.header.RecordScope` names the sets). Frames of other APIs stay on the fast path
     and are recorded as their header only: one `HeaderRun` per run of them (`proxy.layouts.HEADERS`:
     each frame's size and fixed header fields packed back to back, a few bytes a frame instead of
-    a Record); the session counts every byte each
+    a Record). With `header_runs` (a bytearray the shell's recorder drains) those runs are packed
+    onto it instead (`proxy.layouts.HEADER_RUN` + heads each): no command and no call per read,
+    which is most of what group scope cost the event loop per read; before a `Record` the
+    session emits what `header_runs` holds as one `bytes` command, so the recorder keeps each
+    connection's order. The session counts every byte each
     side sent (`client_bytes`, `upstream_bytes`, in the capture's close comment). `addresses`:
     rewrite broker endpoints so that clients come back through the proxy. `policy`: the rewrite
     hook.
@@ -114,6 +118,7 @@ class ProxySession(RawSaslTokens):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         budget: BufferBudget | None = None,
         count_apis: bool = False,
+        header_runs: bytearray | None = None,
     ) -> None:
         self.conn = conn
         # Per API key (index): frames and bytes (size prefix included) each way, when asked for
@@ -123,6 +128,7 @@ class ProxySession(RawSaslTokens):
         self._record_all = record and record_api_keys is None
         self._record_keys: frozenset[int] = (record_api_keys or frozenset()) if record else frozenset()
         self._header_only = record and record_api_keys is not None  # the other frames' headers
+        self._sink = header_runs if self._header_only else None  # where their runs go, packed
         self.client_bytes = 0  # everything the client sent, recorded or not
         self.upstream_bytes = 0
         self.policy: RewritePolicy = policy if policy is not None else PassThrough()
@@ -196,6 +202,9 @@ class ProxySession(RawSaslTokens):
             self.closed = str(exc)
         except (FrameError, ProtocolViolation, CodecError, CorrelationError) as exc:
             self.closed = f"malformed {side} frame: {exc}"
+        if events and self._sink:  # runs after this read's Records: theirs to follow, in order
+            events.append(bytes(self._sink))
+            self._sink.clear()
         if self.closed is not None:
             self.release()
             return [*events, Close(self.closed)]
@@ -247,10 +256,7 @@ class ProxySession(RawSaslTokens):
         maximum = self._max_frame_bytes
         before = len(pending)
         counts = self.api_counts
-        header_only = self._header_only
-        emit = self._events.append
-        conn = self.conn
-        heads: list[bytes] = []
+        start = pos
         while n - pos >= 12:
             size, api_key, api_version, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -260,11 +266,9 @@ class ProxySession(RawSaslTokens):
             if counts is not None:
                 counts.requests[api_key] += 1
                 counts.request_bytes[api_key] += 4 + size
-            if header_only:
-                heads.append(data[pos : pos + 12])  # REQUEST_HEADS: size, api_key, version, correlation
             pos = end
-        if heads:
-            emit((HEADERS, conn, now_ns, "request", client_id, b"".join(heads)))
+        if self._header_only and pos > start:
+            self._header_frames("request", data, start, pos, len(pending) - before)
         self.requests += len(pending) - before
         if len(pending) > MAX_PENDING_REQUESTS:
             self.table.trim()  # amortized: a pass only when the table has grown enough
@@ -280,9 +284,7 @@ class ProxySession(RawSaslTokens):
         maximum = self._max_frame_bytes
         before = len(pending)
         counts = self.api_counts
-        header_only = self._header_only
-        emit = self._events.append
-        heads: list[bytes] = []
+        start = pos
         while n - pos >= 8 and pending:
             size, correlation_id = unpack(data, pos)
             end = pos + 4 + size
@@ -298,11 +300,9 @@ class ProxySession(RawSaslTokens):
                 counts.latency_ns[head[P_API_KEY]] += self._now_ns - head[P_SENT_NS]
                 if head[P_API_KEY] == _JOIN_GROUP:
                     counts.count_join(head[P_GROUP_ID])
-            if header_only:
-                heads.append(data[pos : pos + 8])  # RESPONSE_HEADS: size, correlation_id
             pos = end
-        if heads:
-            emit((HEADERS, self.conn, self._now_ns, "response", self.client_id, b"".join(heads)))
+        if self._header_only and pos > start:
+            self._header_frames("response", data, start, pos, before - len(pending))
         self.responses += before - len(pending)
         return pos
 
@@ -430,7 +430,7 @@ class ProxySession(RawSaslTokens):
         # Opaque: the prefix is all the proxy reads; the request is paired here and now.
         if self._header_only:
             head = REQUEST_HEADS.pack(size, api_key, api_version, correlation_id)
-            self._events.append((HEADERS, self.conn, self._now_ns, "request", self.client_id, head))
+            self._header_run("request", head)
         self.requests += 1
         self.table.add(
             PendingRequest(
@@ -481,7 +481,7 @@ class ProxySession(RawSaslTokens):
             )
         )
         if self.record and (self._record_all or api_key in self._record_keys):
-            self._events.append(
+            self._recorded(
                 Record(
                     conn=self.conn,
                     direction="request",
@@ -526,7 +526,7 @@ class ProxySession(RawSaslTokens):
         keep = recorded or hold or sasl_v0
         if not keep and self._header_only:
             head = RESPONSE_HEADS.pack(size, request.correlation_id)
-            self._events.append((HEADERS, self.conn, self._now_ns, "response", self.client_id, head))
+            self._header_run("response", head)
         return keep, hold
 
     def _finish_response(self, payload: bytes) -> bytes | None:
@@ -544,7 +544,7 @@ class ProxySession(RawSaslTokens):
         if client_payload is not payload:
             self.rewrites += 1
         if self.record and (self._record_all or request.api_key in self._record_keys):
-            self._events.append(
+            self._recorded(
                 Record(
                     conn=self.conn,
                     direction="response",

@@ -23,7 +23,7 @@ from proxy.capture.pcapng import parse
 from proxy.capture.reader import read_capture
 from proxy.capture.tcp import new_stream
 from proxy.capture.writer import CaptureWriter
-from proxy.layouts import REQUEST_HEADS, RESPONSE_HEADS, Record
+from proxy.layouts import HEADER_RUN, REQUEST_HEADS, RESPONSE_HEADS, Record
 from proxy.session import ProxySession
 from proxy.wire import frame
 from tests.test_proxy_session import _heartbeat, _join, _opaque
@@ -31,6 +31,16 @@ from tests.test_proxy_session import _heartbeat, _join, _opaque
 FORMATS = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
 FORMAT_4 = FORMATS / "format-4-header-only.pcapng"
 FORMAT_5 = FORMATS / "format-5-header-only.pcapng"  # the same input, written by format 5's writer
+
+
+def _hand_over(writer: CaptureWriter, commands: list[object]) -> None:
+    """A read's recording commands to the writer, as `proxy.server` hands them over."""
+    for command in commands:
+        if isinstance(command, Record):
+            writer.record(command)
+        elif type(command) is tuple or type(command) is bytes:
+            writer.record_event(command)  # type: ignore[arg-type]
+    writer.after_read()
 
 
 def _scoped_capture(path: Path) -> None:
@@ -42,11 +52,7 @@ def _scoped_capture(path: Path) -> None:
     writer.open_connection(1, 1_000, "127.0.0.1:40000", "broker:9092")
 
     def run(commands: list[object]) -> None:
-        for command in commands:
-            if isinstance(command, Record):
-                writer.record(command)
-            elif type(command) is tuple:
-                writer.record_event(command)
+        _hand_over(writer, commands)
 
     produce, small = _opaque(8, b"\x07" * 100_000), _opaque(9, b"\x05" * 50)
     run(session.client_data(produce + small, 2_000))
@@ -197,5 +203,67 @@ def test_the_backlog_of_header_only_runs_drains_to_zero(tmp_path: Path) -> None:
         writer.flush()  # no event loop here: the caller hands over and reads the writer's reports
         time.sleep(0.1)
         deadline -= 1
-    assert writer.queued_bytes == 50 * REQUEST_HEADS.size and writer.backlog_bytes == 0
+    # One packed run (`layouts.HEADER_RUN` + its heads), counted as the writer process reports it.
+    assert writer.queued_bytes == HEADER_RUN.size + 50 * REQUEST_HEADS.size and writer.backlog_bytes == 0
     writer.close()
+
+
+def _mixed_capture(path: Path, packed: bool) -> None:
+    """Group scope as the server records it: `packed`, the session packs its header-only runs onto
+    the writer's `header_runs` (one bytes command before a Record; `after_read` after each read);
+    else it emits them as HEADERS commands. Reads mix header-only frames and group frames."""
+    writer = CaptureWriter(path, upstream="broker:9092", record_scope=RecordScope.GROUP)
+    session = ProxySession(
+        1,
+        record=True,
+        record_api_keys=RecordScope.GROUP.api_keys,
+        header_runs=writer.header_runs if packed else None,
+    )
+    writer.open_connection(1, 1_000, "127.0.0.1:40000", "broker:9092")
+
+    def run(commands: list[object]) -> None:
+        _hand_over(writer, commands)
+
+    run(session.client_data(_opaque(1, b"a" * 40) + _heartbeat(2) + _opaque(3, b"b" * 50), 2_000))
+    run(session.client_data(_opaque(4, b"c" * 60) + _opaque(5, b"d" * 60), 2_100))
+    responses = [frame(cid.to_bytes(4, "big") + b"\x00" * (10 * cid)) for cid in (1, 2, 3, 4, 5)]
+    run(session.upstream_data(b"".join(responses[:3]), 3_000))
+    run(session.client_data(_join(6), 3_100))
+    run(session.upstream_data(b"".join(responses[3:]), 3_200))
+    # Runs of equal sizes (the writer takes their heads at the frames' stride), even and odd.
+    run(session.client_data(b"".join(_opaque(cid, b"e" * 90) for cid in range(7, 13)), 3_300))
+    run(session.client_data(b"".join(_opaque(cid, b"o" * 91) for cid in range(13, 18)), 3_400))
+    run(
+        session.upstream_data(
+            b"".join(frame(cid.to_bytes(4, "big") + b"\x01" * 8) for cid in range(6, 18)), 3_500
+        )
+    )
+    writer.close_connection(1, 4_000, "done", 0, 0)
+    writer.close()
+
+
+def test_runs_packed_by_the_session_write_what_headers_commands_write(tmp_path: Path) -> None:
+    """The server's sessions pack header-only runs onto the writer (`header_runs`) instead of a
+    HEADERS command per read, small frames whole (the writer takes their heads): the capture holds
+    the same frames, in the same order, with the same timestamps and TCP streams (a run after a
+    group frame in the same read stays after it), byte for byte."""
+    _mixed_capture(tmp_path / "packed.pcapng", packed=True)
+    _mixed_capture(tmp_path / "plain.pcapng", packed=False)
+    fields = _fields(tmp_path / "plain.pcapng")
+    assert [(f[0], f[1], f[5]) for f in fields if f[0] == "client"] == [
+        ("client", "request", 1),
+        ("client", "request", 2),
+        ("client", "request", 3),
+        ("client", "request", 4),
+        ("client", "request", 5),
+        ("client", "response", 1),
+        ("client", "response", 2),
+        ("client", "response", 3),
+        ("client", "request", 6),
+        ("client", "response", 4),
+        ("client", "response", 5),
+        *[("client", "request", cid) for cid in range(7, 18)],
+        *[("client", "response", cid) for cid in range(6, 18)],
+    ]
+    assert _fields(tmp_path / "packed.pcapng") == fields
+    assert (tmp_path / "packed.pcapng").read_bytes() == (tmp_path / "plain.pcapng").read_bytes()

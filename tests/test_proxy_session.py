@@ -396,22 +396,8 @@ def test_hot_path_tuple_layouts_match_their_named_tuples() -> None:
             assert PendingRequest._fields[getattr(layouts, name)] == name[2:].lower(), name
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    frames=st.lists(
-        st.tuples(st.sampled_from(["hb", "produce", "metadata"]), st.binary(max_size=200)),
-        min_size=1,
-        max_size=12,
-    ),
-    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
-)
-def test_group_scope_records_group_frames_and_their_lookups_only(
-    frames: list[tuple[str, bytes]], cuts: list[int]
-) -> None:
-    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact and recorded as its
-    header only (a HEADERS run); heartbeats and Metadata become whole Records (both paths alike), and every
-    byte is counted."""
-    from proxy.capture.header import RecordScope
+def _group_scope_wire(frames: list[tuple[str, bytes]]) -> tuple[bytes, bytes]:
+    """Requests (a heartbeat, a Produce or a Metadata-keyed opaque frame each) and their answers."""
 
     def wire(i: int, kind: str, body: bytes) -> bytes:
         match kind:
@@ -423,6 +409,30 @@ def test_group_scope_records_group_frames_and_their_lookups_only(
 
     requests = b"".join(wire(i, kind, body) for i, (kind, body) in enumerate(frames))
     responses = b"".join(frame(i.to_bytes(4, "big") + body) for i, (_, body) in enumerate(frames))
+    return requests, responses
+
+
+_GROUP_SCOPE_FRAMES = st.lists(
+    st.tuples(st.sampled_from(["hb", "produce", "metadata"]), st.binary(max_size=200)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    frames=_GROUP_SCOPE_FRAMES,
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
+)
+def test_group_scope_records_group_frames_and_their_lookups_only(
+    frames: list[tuple[str, bytes]], cuts: list[int]
+) -> None:
+    """Issue 12: with RecordScope.GROUP a Produce frame is relayed byte-exact and recorded as its
+    header only (a HEADERS run); heartbeats and Metadata become whole Records (both paths alike), and every
+    byte is counted."""
+    from proxy.capture.header import RecordScope
+
+    requests, responses = _group_scope_wire(frames)
     fast, fast_out, slow, slow_out = _fast_and_slow(
         requests, responses, cuts, record=True, record_api_keys=RecordScope.GROUP.api_keys, count_apis=True
     )
@@ -461,3 +471,71 @@ def vars_of(counts: object) -> tuple[list[int], ...]:
     return tuple(
         getattr(counts, name) for name in ("requests", "request_bytes", "responses", "response_bytes")
     )
+
+
+def _frame_starts(frames: bytes) -> list[int]:
+    starts, at = [], 0
+    while at < len(frames):
+        starts.append(at)
+        at += 4 + int.from_bytes(frames[at : at + 4], "big", signed=True)
+    return starts
+
+
+def _recorded_in_order(commands: list[object], left: bytes = b"") -> list[tuple[object, ...]]:
+    """What a group-scope session hands the recorder, in order, one entry per frame: a Record's
+    (direction, correlation id), a header-only frame's (direction, ts_ns, head bytes) whether it
+    came as a HEADERS run or packed (`layouts.HEADER_RUN`, a session given `header_runs`; `left`:
+    what the sink still holds at the end)."""
+    from proxy.layouts import HEADER_RUN, REQUEST_HEADS, RESPONSE_HEADS
+
+    out: list[tuple[object, ...]] = []
+    for command in [*commands, *([left] if left else [])]:
+        if isinstance(command, Record):
+            out.append(("record", command.direction, command.correlation_id))
+        elif type(command) is tuple:
+            _, conn, ts_ns, direction, _, heads = command
+            stride = REQUEST_HEADS.size if direction == "request" else RESPONSE_HEADS.size
+            out += [(conn, direction, ts_ns, heads[i : i + stride]) for i in range(0, len(heads), stride)]
+        elif type(command) is bytes:
+            at = 0
+            while at < len(command):
+                conn, ts_ns, length, whole = HEADER_RUN.unpack_from(command, at)
+                direction = "request" if length > 0 else "response"
+                captured = REQUEST_HEADS.size if length > 0 else RESPONSE_HEADS.size
+                run = command[at + HEADER_RUN.size : at + HEADER_RUN.size + abs(length)]
+                # Whole frames (small ones): each frame's first bytes are its head.
+                starts = list(_frame_starts(run)) if whole else range(0, len(run), captured)
+                out += [(conn, direction, ts_ns, run[i : i + captured]) for i in starts]
+                at += HEADER_RUN.size + abs(length)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    frames=_GROUP_SCOPE_FRAMES,
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
+    scans=st.booleans(),
+)
+def test_header_runs_packed_onto_a_sink_keep_the_commands_order(
+    frames: list[tuple[str, bytes]], cuts: list[int], scans: bool
+) -> None:
+    """Group scope with `header_runs` (the server's sessions: the recorder's bytearray) packs the
+    header-only runs there instead of emitting HEADERS commands, and emits what it holds as one
+    bytes command before a Record: the recorder gets the same frames, timestamps and order as
+    from a session without it, whether the scans or the general path handle them."""
+    from proxy.capture.header import RecordScope
+
+    requests, responses = _group_scope_wire(frames)
+    request_chunks = split_at(requests, cuts)
+    response_chunks = split_at(responses, [c * 7 for c in cuts])
+    sink = bytearray()
+    packed = ProxySession(3, record=True, record_api_keys=RecordScope.GROUP.api_keys, header_runs=sink)
+    plain = ProxySession(3, record=True, record_api_keys=RecordScope.GROUP.api_keys)
+    if not scans:
+        packed._requests.scan = packed._responses.scan = None
+    packed_out = _exchange(packed, request_chunks, response_chunks)
+    plain_out = _exchange(plain, request_chunks, response_chunks)
+    assert not any(type(c) is tuple for c in packed_out)
+    assert _recorded_in_order(packed_out, bytes(sink)) == _recorded_in_order(plain_out)
+    assert b"".join(c.data for c in packed_out if isinstance(c, SendUpstream)) == requests
+    assert b"".join(c.data for c in packed_out if isinstance(c, SendClient)) == responses

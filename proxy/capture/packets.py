@@ -42,7 +42,13 @@ from proxy.capture.header import (
     frame_comment_tail,
     open_comment,
 )
-from proxy.capture.snapped import REQUEST_CAPTURED, RESPONSE_CAPTURED, header_only_blocks, skip_header_only
+from proxy.capture.snapped import (
+    REQUEST_CAPTURED,
+    RESPONSE_CAPTURED,
+    header_only_blocks,
+    skip_header_only,
+    whole_frames,
+)
 from proxy.capture.tcp import FLAG_ACK as _FLAG_ACK
 from proxy.capture.tcp import FLAG_FIN as _FLAG_FIN
 from proxy.capture.tcp import FLAG_PSH as _FLAG_PSH
@@ -64,6 +70,7 @@ SASL_API_KEYS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 EPB_PACKET_AT = EPB_HEAD.size  # where the packet data starts in an Enhanced Packet Block
 _OPTION_HEAD = struct.Struct("<HH")
 _SIZE_PREFIX = struct.Struct(">i")
+_HEADER_RUN = layouts.HEADER_RUN
 
 
 def _redact(record: Record, payload: bytes, direction: str) -> tuple[bytes, int | None]:
@@ -92,13 +99,13 @@ class Synthesizer:
         self.written_bytes = 0
         self.error: BaseException | None = None
 
-    def batch(self, batch: list[tuple[Any, ...]]) -> list[Buffer]:
+    def batch(self, batch: list[Any]) -> list[Buffer]:
         """One marshalled batch from the proxy: frames as plain `Record` tuples, events tagged."""
         out: list[Buffer] = []
         run: list[tuple[Any, ...]] = []
-        headers = layouts.HEADERS
         for entry in batch:
-            if type(entry[R_CONN]) is int:  # a frame: a Record as a plain tuple (else an event)
+            packed = type(entry) is bytes  # header-only runs (most of what group scope records)
+            if not packed and type(entry[R_CONN]) is int:  # a Record as a plain tuple (else an event)
                 if run and (run[0][R_CONN] != entry[R_CONN] or run[0][R_DIRECTION] != entry[R_DIRECTION]):
                     self._flush_tuples(run, out)
                 run.append(entry)
@@ -106,8 +113,8 @@ class Synthesizer:
             if run:
                 self._flush_tuples(run, out)
             try:
-                if entry[0] == headers:  # most entries in record scope group
-                    self._header_only(entry, out)
+                if packed:
+                    self._header_runs(entry, out)
                 else:
                     self._write(entry, out)
             except Exception as exc:  # keep recording the rest; remember the first failure
@@ -115,17 +122,31 @@ class Synthesizer:
         self._flush_tuples(run, out)
         return out
 
-    def _header_only(self, entry: tuple[Any, ...], out: list[Buffer]) -> None:
-        """A run of header-only frames (format 5: no comment; format 6: written on the client leg
-        only, the upstream leg's stream skips them: `proxy.capture.snapped`)."""
-        _, conn, ts_ns, direction, _, heads = entry
-        to_server = direction == "request"
-        stride = REQUEST_CAPTURED if to_server else RESPONSE_CAPTURED  # the captured bytes are the heads
+    def _header_runs(self, packed: bytes, out: list[Buffer]) -> None:
+        """Runs of header-only frames, packed as `layouts.HEADER_RUN` + heads each (format 5: no
+        comment; format 6: written on the client leg only, the upstream leg's stream skips them:
+        `proxy.capture.snapped`)."""
         streams = self._streams
-        stream = streams.get((conn, 0)) or self._stream(conn, 0)
-        out.append(header_only_blocks(stream, 0, to_server, ts_ns, heads, stride, stride))
-        skip_header_only(streams.get((conn, 1)) or self._stream(conn, 1), to_server, heads, stride)
-        self.written_bytes += len(heads)
+        unpack = _HEADER_RUN.unpack_from
+        step = _HEADER_RUN.size
+        at = 0
+        end = len(packed)
+        while at < end:
+            conn, ts_ns, length, whole = unpack(packed, at)
+            to_server = length > 0
+            if not to_server:
+                length = -length
+            at += step
+            heads = packed[at : at + length]
+            at += length
+            stride = REQUEST_CAPTURED if to_server else RESPONSE_CAPTURED  # the captured bytes are the heads
+            captured = stride
+            if whole:
+                heads, stride = whole_frames(heads, captured)
+            stream = streams.get((conn, 0)) or self._stream(conn, 0)
+            out.append(header_only_blocks(stream, 0, to_server, ts_ns, heads, stride, captured))
+            skip_header_only(streams.get((conn, 1)) or self._stream(conn, 1), to_server, heads, stride)
+            self.written_bytes += step + length  # what the proxy counted for it
 
     def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
         """The common run (nothing rewritten, no SASL, every frame fits a packet) takes

@@ -119,7 +119,7 @@ def header_only_blocks(
             buffer = bytearray(unit.data)
             _TS.pack_into(buffer, _TS_AT, ts_ns >> 32, ts_ns & _MASK)
             _SEQ_ACK.pack_into(buffer, _SEQ_AT, seq & _MASK, ack)
-            buffer[CAPTURED_AT : CAPTURED_AT + captured] = heads
+            buffer[CAPTURED_AT : CAPTURED_AT + captured] = heads[:captured]
             _advance(stream, to_server, seq + 4 + size)
             return buffer
     count = len(heads) // stride
@@ -143,6 +143,27 @@ def header_only_blocks(
         end = _patch_each(buffer, units, sizes, seq, heads, stride, captured)
     _advance(stream, to_server, end)
     return buffer
+
+
+def whole_frames(frames: bytes, captured: int) -> tuple[bytes, int]:
+    """(heads, stride) for `header_only_blocks` from a run's whole frames (small frames are handed
+    over whole: no slice per frame in the relay): the frames themselves when they are all one even
+    size (the lanes read each frame's first bytes at that stride), else their heads, sliced."""
+    size = _SIZE.unpack_from(frames)[0]
+    stride = 4 + size
+    count = len(frames) // stride
+    if (
+        count * stride == len(frames)
+        and not stride % 2
+        and (count == 1 or _sizes(stride, count).unpack(frames).count(size) == count)
+    ):
+        return frames, stride
+    heads: list[bytes] = []
+    at = 0
+    while at < len(frames):
+        heads.append(frames[at : at + captured])
+        at += 4 + _SIZE.unpack_from(frames, at)[0]
+    return b"".join(heads), captured
 
 
 def skip_header_only(stream: Stream, to_server: bool, heads: bytes, stride: int) -> None:
@@ -226,4 +247,11 @@ def _patch_each(
     return seq
 
 
-__all__ = ["CAPTURED_AT", "REQUEST_CAPTURED", "RESPONSE_CAPTURED", "header_only_blocks", "skip_header_only"]
+__all__ = [
+    "CAPTURED_AT",
+    "REQUEST_CAPTURED",
+    "RESPONSE_CAPTURED",
+    "header_only_blocks",
+    "skip_header_only",
+    "whole_frames",
+]

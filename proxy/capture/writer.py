@@ -22,10 +22,15 @@ at `flush()` and `close()`.
 
 Per batch, what recording costs beyond the frames is mostly waking processes on this 2-core VM
 (bench/README.md, "Where the writer's ~200 us per batch went"): so the event loop reads the
-writer's reports at each hand-over, not when they arrive (`add_reader` woke it once more per
-batch), and the writer process naps after a small read (the proxy's next batches gather in the
-pipe), takes everything the pipe holds in one read, and writes the blocks of all of it with one
-`writev` and one report.
+writer's reports every 8th hand-over, not when they arrive (`add_reader` woke it once more per
+batch), and the writer process takes everything the pipe holds in one read, and writes the
+blocks of all of it with one `writev` and one report.
+
+Group scope's header-only runs (most of what it records) cost the event loop no command and no
+call of their own per read: the server's sessions pack them onto `header_runs`
+(`layouts.HEADER_RUN` + heads), which a batch carries as one bytes item (marshal took ~0.3 us per
+run tuple); `after_read` starts the batch. A session emits what `header_runs` holds as one bytes
+command before a Record, so the writer sees each connection's frames in order.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from proxy.capture.header import (
     tool_version,
 )
 from proxy.commands import Closed, Opened
-from proxy.layouts import CLOSE, OPEN, R_CLIENT_PAYLOAD, Record
+from proxy.layouts import CLOSE, HEADER_RUN, HEADS, OPEN, R_CLIENT_PAYLOAD, Record
 
 # ---------------------------------------------------------------------------------------------
 # The proxy side: a list per ~2 ms, written to the writer process's pipe without blocking
@@ -63,6 +68,10 @@ _ACK = struct.Struct("<cq")
 # pauses clients at 64 MiB and resumes them at 16 MiB); below it the last hand-over's is fresh enough.
 _FRESH_FROM = 1 << 20
 _BATCH_ITEMS = 4096
+_HEADER_RUN_PACK = HEADER_RUN.pack
+# Hand-overs per read of the writer's reports (a syscall, ~20-40 us of CPU on the shared VM, for
+# 9 bytes): the backlog check reads them itself once the backlog passes `_FRESH_FROM`.
+_REPORTS_EVERY = 8
 _GATHER_S = 0.002
 _GATHER_WITHOUT_LOOP_S = 0.05  # a script's records: fewer, bigger batches (what one read sends, together)
 _BATCH_BYTES = 1 << 20
@@ -107,7 +116,7 @@ class CaptureWriter:
             record_scope=self.record_scope,
         )
         self.path.open("wb").close()  # fails here, in the caller, on a bad path
-        self.queued_bytes = 0  # written by the recording thread only
+        self._queued = 0  # bytes handed over or sealed for it (`queued_bytes`: also the packed runs)
         self._written_bytes = 0  # reported by the writer process, as last read
         self.error: BaseException | None = None
         self._dead = False
@@ -116,6 +125,12 @@ class CaptureWriter:
         self._pending: list[Any] = []  # tuples, Records, lists of Records
         self._pending_records = 0  # Records and lists among them (marshal takes plain tuples only)
         self._pending_mark = 0  # queued_bytes when the pending list was last handed over
+        # Header-only runs since the last other item, packed (`layouts.HEADER_RUN`): one bytes
+        # item of the batch, however many runs (a tuple each cost marshal ~0.3 us per read). The
+        # server's sessions pack their runs straight onto it (`header_runs`).
+        self._runs = self.header_runs = bytearray()
+        self._batch_open = False  # a batch was started (its hand-over is due: timer or `_due`)
+        self._handovers = 0  # flushes since the writer's reports were last read
         self._due = 0.0  # without an event loop: when the pending list is handed over
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop batches are handed over on
@@ -153,8 +168,14 @@ class CaptureWriter:
 
     @property
     def queue_depth(self) -> int:
-        """Items (frames, runs, events) gathered for the next batch."""
-        return len(self._pending)
+        """Items (frames, events, packed header-only runs) gathered for the next batch."""
+        return len(self._pending) + (1 if self._runs else 0)
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of frames recorded (a header-only run's: its HEADER_RUN and heads), as the writer
+        process reports them written."""
+        return self._queued + len(self._runs)
 
     @property
     def written_bytes(self) -> int:
@@ -169,23 +190,23 @@ class CaptureWriter:
         (checked after every read: no syscall), read fresh when it is large enough to matter."""
         if self._dead:
             return 0
-        backlog = self.queued_bytes - self._written_bytes
+        backlog = self._queued - self._written_bytes
         if backlog < _FRESH_FROM:
             return backlog
         self._read_reports()
-        return 0 if self._dead else self.queued_bytes - self._written_bytes
+        return 0 if self._dead else self._queued - self._written_bytes
 
     def open_connection(self, conn: int, ts_ns: int, client: str, upstream: str) -> None:
         self._add((OPEN, conn, ts_ns, client, upstream))
 
     def record(self, record: Record) -> None:
-        self.queued_bytes += len(record.client_payload)
+        self._queued += len(record.client_payload)
         self._pending_records += 1
         self._add(record)
 
     def record_many(self, records: list[Record]) -> None:
         """Several records as one item (the proxy's commands after a read)."""
-        self.queued_bytes += sum(map(len, map(_CLIENT_PAYLOAD, records)))
+        self._queued += sum(map(len, map(_CLIENT_PAYLOAD, records)))
         self._pending_records += 1
         self._add(records)
 
@@ -194,12 +215,15 @@ class CaptureWriter:
     ) -> None:
         self._add((CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes))
 
-    def record_event(self, command: Opened | Closed | tuple[Any, ...]) -> None:
-        """A session's Opened, Closed or header-only run (`layouts.HEADERS`) command (the capture
-        is the stream of session commands)."""
-        if type(command) is tuple:  # a header-only run: most of what group scope records
-            self.queued_bytes += len(command[5])  # what the writer process reports written for it
-            self._add(command)
+    def record_event(self, command: Opened | Closed | tuple[Any, ...] | bytes) -> None:
+        """A session's Opened, Closed or header-only runs (a `layouts.HEADERS` tuple, or runs
+        packed by a session given `header_runs`) command (the capture is the stream of session
+        commands)."""
+        if type(command) is bytes:
+            self.record_runs(command)
+            return
+        if type(command) is tuple:
+            self.record_heads(command)
             return
         match command:
             case Opened(conn=conn, ts_ns=ts_ns, client=client, upstream=upstream):
@@ -207,20 +231,58 @@ class CaptureWriter:
             case Closed(conn=conn, ts_ns=ts_ns, reason=reason):
                 self.close_connection(conn, ts_ns, reason, command.client_bytes, command.upstream_bytes)
 
+    def record_heads(self, run: tuple[Any, ...]) -> None:
+        """A header-only run (`layouts.HEADERS`), packed onto the batch's runs (`HEADER_RUN`)."""
+        _, conn, ts_ns, direction, _, heads = run
+        runs = self._runs
+        runs += _HEADER_RUN_PACK(conn, ts_ns, len(heads) if direction == "request" else -len(heads), HEADS)
+        runs += heads
+        self.after_read()
+
+    def record_runs(self, packed: bytes) -> None:
+        """Header-only runs a session took off `header_runs` (all of them: it leaves it empty)
+        to hand them over in order with its Records."""
+        self._queued += len(packed)  # what the writer process reports written for them
+        self._add(packed)
+
+    def after_read(self) -> int:
+        """Called by the server after each read's commands (a few attribute checks: this runs per
+        read): starts a batch for runs the sessions packed onto `header_runs`, hands over a full
+        one; returns `backlog_bytes`."""
+        runs = self._runs
+        if runs:
+            if not self._batch_open:
+                self._schedule()
+            elif len(runs) >= _BATCH_BYTES or (self._timer is None and time.monotonic() >= self._due):
+                self.flush()
+        backlog = self._queued - self._written_bytes
+        return backlog if backlog < _FRESH_FROM else self.backlog_bytes
+
+    def _seal(self) -> None:
+        """The packed runs so far become one item of the batch (before the next item: the order)."""
+        runs = self._runs
+        if runs:
+            self._queued += len(runs)  # what the writer process reports written for them
+            self._pending.append(bytes(runs))
+            runs.clear()
+
     def _add(self, item: Any) -> None:
         pending = self._pending
+        if self._runs:
+            self._seal()  # the runs so far go first: the writer keeps each connection's order
         pending.append(item)
-        if len(pending) == 1:
+        if not self._batch_open:
             self._schedule()
         elif (
             len(pending) >= _BATCH_ITEMS
-            or self.queued_bytes - self._pending_mark >= _BATCH_BYTES
+            or self._queued - self._pending_mark >= _BATCH_BYTES
             or (self._timer is None and time.monotonic() >= self._due)  # no event loop
         ):
             self.flush()
 
     def _schedule(self) -> None:
         """A new batch was started: hand it over in `_GATHER_S` (a timer on the running loop)."""
+        self._batch_open = True
         loop = _running_loop()
         if loop is None:  # no event loop: the next record after `_due` hands the batch over
             self._due = time.monotonic() + _GATHER_WITHOUT_LOOP_S
@@ -246,13 +308,17 @@ class CaptureWriter:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self._dead:
+        self._batch_open = False
+        self._handovers += 1
+        if not self._dead and (self._handovers >= _REPORTS_EVERY or self._loop is None):
+            self._handovers = 0
             self._read_reports()  # the last batches' reports (`written_bytes`, errors)
+        self._seal()
         pending = self._pending
         if not pending:
             return
         self._pending = []
-        self._pending_mark = self.queued_bytes
+        self._pending_mark = self._queued
         if self._pending_records:
             self._pending_records = 0
             pending = _plain(pending)
@@ -376,7 +442,7 @@ def _plain(items: list[Any]) -> list[tuple[Any, ...]]:
     batch: list[tuple[Any, ...]] = []
     for item in items:
         kind = type(item)
-        if kind is tuple:
+        if kind is tuple or kind is bytes:
             batch.append(item)
         elif kind is list:
             batch += map(tuple, item)
