@@ -66,6 +66,22 @@ def _target_order(record: tuple[UUID, ...]) -> tuple[UUID, ...]:
     return tuple(java_hash_order(record))
 
 
+def uniform_topics(
+    subscribed: frozenset[UUID], topic_partitions: Mapping[UUID, int], topic_order: Sequence[UUID] | None
+) -> tuple[tuple[UUID, ...], list[int]]:
+    """The subscribed topics in the order the homogeneous builder walks its HashSet<Uuid> (see
+    `uniform`'s `topic_order`) and their partition counts; PartitionAssignorError naming the first
+    topic missing from the metadata."""
+    if topic_order is not None and len(topic_order) == len(subscribed):
+        topic_ids = _target_order(tuple(topic_order))
+    else:
+        topic_ids = _topic_order(subscribed)
+    counts = [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
+    if -1 in counts:
+        partition_count(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
+    return topic_ids, counts
+
+
 def uniform(
     members: Sequence[MemberSpec],
     topic_partitions: Mapping[UUID, int],
@@ -82,15 +98,9 @@ def uniform(
     if not (_homogeneous(members) if homogeneous is None else homogeneous):
         return Heterogeneous(members, topic_partitions).build()
     subscribed = members[0].subscribed_topic_ids
-    if topic_order is not None and len(topic_order) == len(subscribed):
-        topic_ids = _target_order(tuple(topic_order))
-    else:
-        topic_ids = _topic_order(subscribed)
+    topic_ids, counts = uniform_topics(subscribed, topic_partitions, topic_order)
     if not topic_ids:
         return {}
-    counts = [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
-    if -1 in counts:
-        partition_count(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
     if not any(assignments_of(members)):  # nobody holds anything: a fresh group
         if not gc.isenabled():
             return _uniform_fresh(members, topic_ids, counts)
@@ -149,7 +159,7 @@ def _uniform_fresh(
 _Chunk = tuple[UUID, Sequence[int]]
 
 
-def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions and assignRemainingPartitions in one measured hot loop
+def _uniform_homogeneous(
     members: Sequence[MemberSpec],
     subscribed: frozenset[UUID],
     topic_ids: tuple[UUID, ...],
@@ -167,119 +177,169 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
     first loop would leave as they are (specs.inert_members) are not walked one by one."""
     member_count = len(members)
     minimum_quota, extra = divmod(sum(counts), member_count)
-    # Subscribed topics by identity: the topic ids in assignments are mostly the very objects of
-    # the subscription, and uuid.UUID hashes in Python (a dict lookup by UUID costs a call).
-    canonical = {id(topic_id): topic_id for topic_id in topic_ids}
-    held: dict[int, list[frozenset[int]]] = {}  # the current holders of each subscribed topic
-    revoked: list[_Chunk] = []
-    unfilled: list[tuple[str, int]] = []
-    copied: dict[str, tuple[UUID, ...]] = {}  # an unfilled member's old target, in Kafka's order
     target: GroupAssignment = {}
+    held: dict[int, list[frozenset[int]]] = {}  # the current holders of each subscribed topic
     walked: Iterable[tuple[int, MemberSpec]] = enumerate(members)
     skipped = inert_members(members, topic_ids, minimum_quota, extra) if skip_inert else None
     if skipped is not None:
         indices, target, held = skipped
         walked = [(index, members[index]) for index in indices]
-    for index, member in walked:
-        quota = minimum_quota
-        has_extra = extra > 0
-        if has_extra:
-            quota += 1
-        current = member.assignment
-        whole = False
-        if len(current) == 1:  # the usual member: one topic, all of it kept (measured hot path)
-            ((topic_id, parts),) = current.items()
-            key = id(topic_id)
-            if key in canonical and len(parts) <= quota:
-                holders = held.get(key)
-                if holders is None:
-                    held[key] = [parts]
-                else:
-                    holders.append(parts)
-                quota -= len(parts)
-                target[member.member_id] = current  # type: ignore[assignment]
-                whole = True
-        if whole:
-            pass
-        elif current:
-            changed = False
-            kept: list[tuple[UUID, frozenset[int]]] = []
-            if len(current) == 1:
-                items: Iterable[tuple[UUID, frozenset[int]]] = current.items()
-            else:
-                items = [(t, current[t]) for t in _target_order(tuple(current))]
-            for topic_id, parts in items:
-                key = id(topic_id)
-                if key not in canonical:
-                    key = _subscribed_key(topic_id, subscribed, topic_ids)
-                    if key == -1:
-                        changed = True
-                        continue
-                holders = held.get(key)
-                if holders is None:
-                    held[key] = [parts]
-                else:
-                    holders.append(parts)
-                if len(parts) <= quota:
-                    quota -= len(parts)
-                    kept.append((topic_id, parts))
-                    continue
-                changed = True
-                ordered = sorted(parts)
-                if quota:
-                    kept.append((topic_id, frozenset(ordered[:quota])))
-                revoked.append((topic_id, ordered[quota:]))
-                quota = 0
-            if changed:
-                target[member.member_id] = _in_record_order(dict(kept), _target_order(tuple(current)), ())
-            else:
-                target[member.member_id] = current  # type: ignore[assignment]
-        else:
-            target[member.member_id] = current  # type: ignore[assignment]
-        if quota > 0 and has_extra and member_count - index > extra:
-            quota -= 1
-            has_extra = False
-        if quota > 0:
-            unfilled.append((member.member_id, quota))
-            if current:  # assignRemainingPartitions adds to a deep copy of it
-                copied[member.member_id] = _target_order(tuple(current))
-        if has_extra:
-            extra -= 1
-    chunks = _free_partitions(topic_ids, counts, held)
-    chunks.extend(revoked)
-    chunk_count = len(chunks)
-    position = offset = 0
-    for member_id, quota in unfilled:
-        if position >= chunk_count:
-            break
-        current = target[member_id]
-        if not current:  # a new member whose quota one chunk covers (most of a fresh group)
-            topic_id, chunk = chunks[position]
-            end = offset + quota
-            if end < len(chunk):
-                target[member_id] = {topic_id: frozenset(chunk[offset:end])}
-                offset = end
-                continue
-        grown = dict(current)
-        pieces: list[tuple[UUID, int]] = []
-        while quota and position < chunk_count:
-            topic_id, chunk = chunks[position]
-            end = offset + quota
-            if end >= len(chunk):
-                piece = frozenset(chunk[offset:])
-                position += 1
-                offset = 0
-            else:
-                piece = frozenset(chunk[offset:end])
-                offset = end
-            quota -= len(piece)
-            pieces.append((topic_id, len(piece)))
-            have = grown.get(topic_id)
-            grown[topic_id] = piece if have is None else have | piece
-        target[member_id] = _in_record_order(grown, copied.get(member_id), pieces)
-    if position < chunk_count:
-        raise PartitionAssignorError("Partitions were left unassigned")
+    walk = UniformWalk(member_count, minimum_quota, extra, subscribed, topic_ids, target)
+    walk.first_loop(walked, held)
+    walk.assign_remaining(_free_partitions(topic_ids, counts, held))
     return target
+
+
+class UniformWalk:
+    """The two loops of UniformHomogeneousAssignmentBuilder (maybeRevokePartitions, then
+    assignRemainingPartitions) over the members handed to them, writing into `target`: the
+    members not walked must be ones the first loop leaves as they are (their very assignment
+    kept, `extra` untouched, nothing revoked or wanted). `_uniform_homogeneous` walks all or
+    all but the inert ones; incremental.py walks the few members a one-member change touches."""
+
+    __slots__ = (
+        "canonical",
+        "copied",
+        "extra",
+        "member_count",
+        "minimum_quota",
+        "revoked",
+        "subscribed",
+        "target",
+        "topic_ids",
+        "unfilled",
+    )
+
+    def __init__(
+        self,
+        member_count: int,
+        minimum_quota: int,
+        extra: int,
+        subscribed: frozenset[UUID],
+        topic_ids: tuple[UUID, ...],
+        target: GroupAssignment,
+    ) -> None:
+        self.member_count, self.minimum_quota, self.extra = member_count, minimum_quota, extra
+        self.subscribed, self.topic_ids, self.target = subscribed, topic_ids, target
+        # Subscribed topics by identity: the topic ids in assignments are mostly the very objects
+        # of the subscription, and uuid.UUID hashes in Python (a dict lookup by UUID costs a call).
+        self.canonical = {id(topic_id): topic_id for topic_id in topic_ids}
+        self.revoked: list[_Chunk] = []
+        self.unfilled: list[tuple[str, int]] = []
+        self.copied: dict[str, tuple[UUID, ...]] = {}  # an unfilled member's old target, Kafka's order
+
+    def first_loop(  # noqa: C901 - Kafka's maybeRevokePartitions in one measured hot loop
+        self, walked: Iterable[tuple[int, MemberSpec]], held: dict[int, list[frozenset[int]]]
+    ) -> None:
+        """maybeRevokePartitions over `walked` (index in member order, spec), in member order;
+        each walked member's subscribed partitions are added to `held`."""
+        member_count, minimum_quota, extra = self.member_count, self.minimum_quota, self.extra
+        subscribed, topic_ids, target = self.subscribed, self.topic_ids, self.target
+        canonical, revoked, unfilled, copied = self.canonical, self.revoked, self.unfilled, self.copied
+        for index, member in walked:
+            quota = minimum_quota
+            has_extra = extra > 0
+            if has_extra:
+                quota += 1
+            current = member.assignment
+            whole = False
+            if len(current) == 1:  # the usual member: one topic, all of it kept (measured hot path)
+                ((topic_id, parts),) = current.items()
+                key = id(topic_id)
+                if key in canonical and len(parts) <= quota:
+                    holders = held.get(key)
+                    if holders is None:
+                        held[key] = [parts]
+                    else:
+                        holders.append(parts)
+                    quota -= len(parts)
+                    target[member.member_id] = current  # type: ignore[assignment]
+                    whole = True
+            if whole:
+                pass
+            elif current:
+                changed = False
+                kept: list[tuple[UUID, frozenset[int]]] = []
+                if len(current) == 1:
+                    items: Iterable[tuple[UUID, frozenset[int]]] = current.items()
+                else:
+                    items = [(t, current[t]) for t in _target_order(tuple(current))]
+                for topic_id, parts in items:
+                    key = id(topic_id)
+                    if key not in canonical:
+                        key = _subscribed_key(topic_id, subscribed, topic_ids)
+                        if key == -1:
+                            changed = True
+                            continue
+                    holders = held.get(key)
+                    if holders is None:
+                        held[key] = [parts]
+                    else:
+                        holders.append(parts)
+                    if len(parts) <= quota:
+                        quota -= len(parts)
+                        kept.append((topic_id, parts))
+                        continue
+                    changed = True
+                    ordered = sorted(parts)
+                    if quota:
+                        kept.append((topic_id, frozenset(ordered[:quota])))
+                    revoked.append((topic_id, ordered[quota:]))
+                    quota = 0
+                if changed:
+                    target[member.member_id] = _in_record_order(dict(kept), _target_order(tuple(current)), ())
+                else:
+                    target[member.member_id] = current  # type: ignore[assignment]
+            else:
+                target[member.member_id] = current  # type: ignore[assignment]
+            if quota > 0 and has_extra and member_count - index > extra:
+                quota -= 1
+                has_extra = False
+            if quota > 0:
+                unfilled.append((member.member_id, quota))
+                if current:  # assignRemainingPartitions adds to a deep copy of it
+                    copied[member.member_id] = _target_order(tuple(current))
+            if has_extra:
+                extra -= 1
+        self.extra = extra
+
+    def assign_remaining(self, chunks: list[_Chunk]) -> None:
+        """assignRemainingPartitions: `chunks` (the free partitions in topic order) then the
+        revoked ones, handed out to the unfilled members in member order."""
+        target, copied = self.target, self.copied
+        chunks.extend(self.revoked)
+        chunk_count = len(chunks)
+        position = offset = 0
+        for member_id, quota in self.unfilled:
+            if position >= chunk_count:
+                break
+            current = target[member_id]
+            if not current:  # a new member whose quota one chunk covers (most of a fresh group)
+                topic_id, chunk = chunks[position]
+                end = offset + quota
+                if end < len(chunk):
+                    target[member_id] = {topic_id: frozenset(chunk[offset:end])}
+                    offset = end
+                    continue
+            grown = dict(current)
+            pieces: list[tuple[UUID, int]] = []
+            while quota and position < chunk_count:
+                topic_id, chunk = chunks[position]
+                end = offset + quota
+                if end >= len(chunk):
+                    piece = frozenset(chunk[offset:])
+                    position += 1
+                    offset = 0
+                else:
+                    piece = frozenset(chunk[offset:end])
+                    offset = end
+                quota -= len(piece)
+                pieces.append((topic_id, len(piece)))
+                have = grown.get(topic_id)
+                grown[topic_id] = piece if have is None else have | piece
+            target[member_id] = _in_record_order(grown, copied.get(member_id), pieces)
+        if position < chunk_count:
+            raise PartitionAssignorError("Partitions were left unassigned")
 
 
 def _subscribed_key(topic_id: UUID, subscribed: frozenset[UUID], topic_ids: tuple[UUID, ...]) -> int:
