@@ -70,16 +70,12 @@ def uniform_topics(
     subscribed: frozenset[UUID], topic_partitions: Mapping[UUID, int], topic_order: Sequence[UUID] | None
 ) -> tuple[tuple[UUID, ...], list[int]]:
     """The subscribed topics in the order the homogeneous builder walks its HashSet<Uuid> (see
-    `uniform`'s `topic_order`) and their partition counts; PartitionAssignorError naming the first
-    topic missing from the metadata."""
+    `uniform`'s `topic_order`) and their partition counts (-1: not in the metadata)."""
     if topic_order is not None and len(topic_order) == len(subscribed):
         topic_ids = _target_order(tuple(topic_order))
     else:
         topic_ids = _topic_order(subscribed)
-    counts = [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
-    if -1 in counts:
-        partition_count(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
-    return topic_ids, counts
+    return topic_ids, [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
 
 
 def uniform(
@@ -101,6 +97,8 @@ def uniform(
     topic_ids, counts = uniform_topics(subscribed, topic_partitions, topic_order)
     if not topic_ids:
         return {}
+    if -1 in counts:
+        partition_count(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
     if not any(assignments_of(members)):  # nobody holds anything: a fresh group
         if not gc.isenabled():
             return _uniform_fresh(members, topic_ids, counts)

@@ -298,6 +298,36 @@ class HashOrderCache:
     next_seq: int
 
 
+@dataclass(slots=True)
+class TargetProfile:
+    """What the group's last `uniform` homogeneous target was computed from and gave, kept so
+    that the next one is computed from the members that left or joined since (incremental.py):
+    `result` is the `group.target` it produced (an identity check: a full target replaces it),
+    every member in it holds exactly `minimum_quota` partitions of the subscribed topics, or one
+    more for the members in `big`, and no partition twice. ConsumerGroup.remove_member records
+    each leaver's target in `removed`, update_member each new member in `added`; `pending` is a
+    joining member the target counted before it was stored. Writers of `group.target` other
+    than target.py write only the targets of members in `added` (static replacement), which
+    incremental.py checks are empty."""
+
+    result: dict[str, Partitions]
+    subscribed: frozenset[UUID]
+    topic_ids: tuple[UUID, ...]
+    counts: list[int]
+    member_count: int
+    minimum_quota: int
+    big: set[str]
+    pending: str | None
+    removed: dict[str, Partitions] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+
+    def joined(self, member_id: str) -> None:
+        if member_id == self.pending:
+            self.pending = None  # the target already counted it
+        else:
+            self.added.append(member_id)
+
+
 def _bump(counts: dict[str, int], key: str, delta: int) -> None:
     value = counts.get(key, 0) + delta
     if value > 0:
@@ -345,6 +375,7 @@ class ConsumerGroup:
     topic_ids_cache: dict[frozenset[str], tuple[tuple[object, int], frozenset[UUID]]] = field(
         default_factory=dict
     )
+    target_profile: TargetProfile | None = None  # the last target's, while it can be moved on
 
     def update_member(self, member: ConsumerGroupMember) -> None:
         """ConsumerGroup.updateMember: partition index, static member index."""
@@ -369,10 +400,11 @@ class ConsumerGroup:
         ):
             if old is not None:
                 self._count(old, -1)
+            elif self.target_profile is not None:  # a new member, after the profiled target
+                self.target_profile.joined(member.member_id)
             self._count(member, 1)
         if old is None or old.classic is not member.classic:
-            if old is not None:
-                self._count_classic(old, -1)
+            self._count_classic(old, -1)
             self._count_classic(member, 1)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
@@ -388,7 +420,13 @@ class ConsumerGroup:
     def remove_member(self, member_id: str) -> ConsumerGroupMember | None:
         """ConsumerGroup.removeMember plus the target assignment tombstone (removeMember records)."""
         old = self.members.pop(member_id, None)
-        self.target.pop(member_id, None)
+        target = self.target.pop(member_id, None)
+        profile = self.target_profile
+        if profile is not None and (old is not None or target is not None):
+            if target is None or member_id == profile.pending:  # left before a target counted it
+                self.target_profile = None
+            else:
+                profile.removed[member_id] = target
         self.plain_answers.pop(member_id, None)
         self.session_timers.pop(member_id, None)
         self.wire_answers.pop(member_id, None)
@@ -410,8 +448,8 @@ class ConsumerGroup:
         if member.server_assignor is not None:
             _bump(self.assignor_counts, member.server_assignor, delta)
 
-    def _count_classic(self, member: ConsumerGroupMember, delta: int) -> None:
-        if member.classic is None:
+    def _count_classic(self, member: ConsumerGroupMember | None, delta: int) -> None:
+        if member is None or member.classic is None:
             return
         self.classic_members += delta
         for name in {name for name, _ in member.classic.protocols}:
@@ -483,5 +521,6 @@ __all__ = [
     "HashOrderCache",
     "MemberState",
     "MigrationPolicy",
+    "TargetProfile",
     "reconcile",
 ]
