@@ -19,12 +19,14 @@ only "owned by whom" decides reconciliation; OffsetCommit epoch checks are not m
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 from uuid import UUID
 
 from proxy.wire.errors import ErrorCode
+from replay.coordinator.hashorder import improved_hash
 
 if TYPE_CHECKING:
     from replay.coordinator.consumer.types import HeartbeatResponse
@@ -296,6 +298,23 @@ class HashOrderCache:
     ordered: list[str]
     key_of: dict[str, int]
     next_seq: int
+
+    def move(self, removed: Iterable[str], added: Iterable[str], spreads: dict[str, int]) -> None:
+        """Each leaver's key taken out of the sorted keys, each newcomer's put in with the next
+        join sequence (bisect: equal buckets stay in join order); `member_ids` is the caller's."""
+        keys, ordered, key_of = self.keys, self.ordered, self.key_of
+        for member_id in removed:
+            index = bisect_left(keys, key_of.pop(member_id))
+            del keys[index], ordered[index]
+        for member_id in added:
+            spread = spreads.get(member_id)
+            if spread is None:
+                spread = spreads[member_id] = improved_hash(member_id)
+            key = key_of[member_id] = ((spread & self.mask) << 32) | self.next_seq
+            self.next_seq += 1
+            index = bisect_left(keys, key)
+            keys.insert(index, key)
+            ordered.insert(index, member_id)
 
 
 @dataclass(slots=True)

@@ -52,7 +52,7 @@ from replay.coordinator.consumer.group import (
     TargetProfile,
 )
 from replay.coordinator.consumer.specs import GroupAssignment, MemberSpec
-from replay.coordinator.hashorder import MemberMapKind, capacity_for, improved_hash
+from replay.coordinator.hashorder import MemberMapKind, capacity_for
 
 if TYPE_CHECKING:
     from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
@@ -145,25 +145,14 @@ def _moved_hash_order(
     mask = capacity_for(MemberMapKind.JAVA_HASH_MAP, member_count) - 1
     if cache is None or cache.mask != mask or cache.next_seq + len(added) > _MAX_SEQ:
         return None
-    key_of, keys, ordered = cache.key_of, cache.keys, cache.ordered
+    key_of = cache.key_of
     if not all(m in key_of for m in removed) or any(m in key_of for m in added):
         return None
-    spreads = group.hash_spreads
+    cache.move(removed, added, group.hash_spreads)
     for member_id in removed:
-        index = bisect_left(keys, key_of.pop(member_id))
-        del keys[index], ordered[index]
         cache.member_ids.remove(member_id)
-    for member_id in added:
-        spread = spreads.get(member_id)
-        if spread is None:
-            spread = spreads[member_id] = improved_hash(member_id)
-        key = key_of[member_id] = ((spread & mask) << 32) | cache.next_seq
-        cache.next_seq += 1
-        index = bisect_left(keys, key)
-        keys.insert(index, key)
-        ordered.insert(index, member_id)
-        cache.member_ids.append(member_id)
-    return keys, key_of
+    cache.member_ids.extend(added)
+    return cache.keys, key_of
 
 
 def _freed(topic_ids: tuple[UUID, ...], leavers: Iterable[Partitions]) -> list[assignors._Chunk]:

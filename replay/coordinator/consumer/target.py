@@ -16,7 +16,6 @@ assignor_counts) instead of a walk over its members.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -161,19 +160,7 @@ def _moved_order(cache: HashOrderCache, member_ids: list[str], spreads: dict[str
     added = member_ids[len(kept) :]
     if not key_of.keys().isdisjoint(added) or cache.next_seq + len(added) > _MAX_SEQ:
         return False
-    keys, ordered = cache.keys, cache.ordered
-    for member_id in removed:
-        index = bisect_left(keys, key_of.pop(member_id))
-        del keys[index], ordered[index]
-    for member_id in added:
-        spread = spreads.get(member_id)
-        if spread is None:
-            spread = spreads[member_id] = improved_hash(member_id)
-        key = key_of[member_id] = ((spread & cache.mask) << 32) | cache.next_seq
-        cache.next_seq += 1
-        index = bisect_left(keys, key)
-        keys.insert(index, key)
-        ordered.insert(index, member_id)
+    cache.move(removed, added, spreads)
     cache.member_ids = list(member_ids)
     return True
 
