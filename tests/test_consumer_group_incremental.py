@@ -181,7 +181,7 @@ def test_incremental_targets_equal_the_full_computation_and_kafkas_builder(
     assert fast == full
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(20, 60), st.integers(1, 4), st.integers(0, 19), st.data())
 def test_a_rolling_restart_takes_the_incremental_path(
     members: int, per_member: int, spare: int, data: st.DataObject
