@@ -19,8 +19,7 @@ order, while Kafka inserts in its TimelineHashMap's order, so two members whose 
 same bucket may come out swapped; (2) a member's partitions of one topic are walked ascending
 (Kafka walks a HashSet<Integer>, ascending whenever the set's table is larger than its largest
 partition number). Members with different subscriptions go through a line-by-line port of
-UniformHeterogeneousAssignmentBuilder (topics ordered by partitions per subscriber, the
-least-loaded/most-loaded member ranges of its MemberAssignmentBalancer, at most 16 balancing passes).
+UniformHeterogeneousAssignmentBuilder (heterogeneous.py).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from uuid import UUID
 
+from replay.coordinator.consumer.heterogeneous import Heterogeneous, PartitionAssignorError, partition_count
 from replay.coordinator.consumer.maporder import in_record_order as _in_record_order
 from replay.coordinator.consumer.maporder import java_hash_order, java_uuid_hash
 from replay.coordinator.consumer.specs import (
@@ -44,19 +44,6 @@ from replay.coordinator.hashorder import java_string_hash
 UNIFORM = "uniform"
 RANGE = "range"
 ASSIGNORS = (UNIFORM, RANGE)  # group.consumer.assignors default order: the first is the default
-
-
-class PartitionAssignorError(ValueError):
-    """Kafka's PartitionAssignorException (the heartbeat then fails with UNKNOWN_SERVER_ERROR)."""
-
-
-def _partitions(topic_partitions: Mapping[UUID, int], topic_id: UUID) -> int:
-    count = topic_partitions.get(topic_id, -1)
-    if count == -1:
-        raise PartitionAssignorError(
-            f"Members are subscribed to topic {topic_id} which doesn't exist in the topic metadata."
-        )
-    return count
 
 
 def _homogeneous(members: Sequence[MemberSpec]) -> bool:
@@ -79,6 +66,18 @@ def _target_order(record: tuple[UUID, ...]) -> tuple[UUID, ...]:
     return tuple(java_hash_order(record))
 
 
+def uniform_topics(
+    subscribed: frozenset[UUID], topic_partitions: Mapping[UUID, int], topic_order: Sequence[UUID] | None
+) -> tuple[tuple[UUID, ...], list[int]]:
+    """The subscribed topics in the order the homogeneous builder walks its HashSet<Uuid> (see
+    `uniform`'s `topic_order`) and their partition counts (-1: not in the metadata)."""
+    if topic_order is not None and len(topic_order) == len(subscribed):
+        topic_ids = _target_order(tuple(topic_order))
+    else:
+        topic_ids = _topic_order(subscribed)
+    return topic_ids, [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
+
+
 def uniform(
     members: Sequence[MemberSpec],
     topic_partitions: Mapping[UUID, int],
@@ -93,17 +92,13 @@ def uniform(
     if not members:
         return {}
     if not (_homogeneous(members) if homogeneous is None else homogeneous):
-        return _Heterogeneous(members, topic_partitions).build()
+        return Heterogeneous(members, topic_partitions).build()
     subscribed = members[0].subscribed_topic_ids
-    if topic_order is not None and len(topic_order) == len(subscribed):
-        topic_ids = _target_order(tuple(topic_order))
-    else:
-        topic_ids = _topic_order(subscribed)
+    topic_ids, counts = uniform_topics(subscribed, topic_partitions, topic_order)
     if not topic_ids:
         return {}
-    counts = [topic_partitions.get(topic_id, -1) for topic_id in topic_ids]
     if -1 in counts:
-        _partitions(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
+        partition_count(topic_partitions, topic_ids[counts.index(-1)])  # raises, naming the first
     if not any(assignments_of(members)):  # nobody holds anything: a fresh group
         if not gc.isenabled():
             return _uniform_fresh(members, topic_ids, counts)
@@ -162,7 +157,7 @@ def _uniform_fresh(
 _Chunk = tuple[UUID, Sequence[int]]
 
 
-def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions and assignRemainingPartitions in one measured hot loop
+def _uniform_homogeneous(
     members: Sequence[MemberSpec],
     subscribed: frozenset[UUID],
     topic_ids: tuple[UUID, ...],
@@ -180,119 +175,169 @@ def _uniform_homogeneous(  # noqa: C901 - Kafka's build(), maybeRevokePartitions
     first loop would leave as they are (specs.inert_members) are not walked one by one."""
     member_count = len(members)
     minimum_quota, extra = divmod(sum(counts), member_count)
-    # Subscribed topics by identity: the topic ids in assignments are mostly the very objects of
-    # the subscription, and uuid.UUID hashes in Python (a dict lookup by UUID costs a call).
-    canonical = {id(topic_id): topic_id for topic_id in topic_ids}
-    held: dict[int, list[frozenset[int]]] = {}  # the current holders of each subscribed topic
-    revoked: list[_Chunk] = []
-    unfilled: list[tuple[str, int]] = []
-    copied: dict[str, tuple[UUID, ...]] = {}  # an unfilled member's old target, in Kafka's order
     target: GroupAssignment = {}
+    held: dict[int, list[frozenset[int]]] = {}  # the current holders of each subscribed topic
     walked: Iterable[tuple[int, MemberSpec]] = enumerate(members)
     skipped = inert_members(members, topic_ids, minimum_quota, extra) if skip_inert else None
     if skipped is not None:
         indices, target, held = skipped
         walked = [(index, members[index]) for index in indices]
-    for index, member in walked:
-        quota = minimum_quota
-        has_extra = extra > 0
-        if has_extra:
-            quota += 1
-        current = member.assignment
-        whole = False
-        if len(current) == 1:  # the usual member: one topic, all of it kept (measured hot path)
-            ((topic_id, parts),) = current.items()
-            key = id(topic_id)
-            if key in canonical and len(parts) <= quota:
-                holders = held.get(key)
-                if holders is None:
-                    held[key] = [parts]
-                else:
-                    holders.append(parts)
-                quota -= len(parts)
-                target[member.member_id] = current  # type: ignore[assignment]
-                whole = True
-        if whole:
-            pass
-        elif current:
-            changed = False
-            kept: list[tuple[UUID, frozenset[int]]] = []
-            if len(current) == 1:
-                items: Iterable[tuple[UUID, frozenset[int]]] = current.items()
-            else:
-                items = [(t, current[t]) for t in _target_order(tuple(current))]
-            for topic_id, parts in items:
-                key = id(topic_id)
-                if key not in canonical:
-                    key = _subscribed_key(topic_id, subscribed, topic_ids)
-                    if key == -1:
-                        changed = True
-                        continue
-                holders = held.get(key)
-                if holders is None:
-                    held[key] = [parts]
-                else:
-                    holders.append(parts)
-                if len(parts) <= quota:
-                    quota -= len(parts)
-                    kept.append((topic_id, parts))
-                    continue
-                changed = True
-                ordered = sorted(parts)
-                if quota:
-                    kept.append((topic_id, frozenset(ordered[:quota])))
-                revoked.append((topic_id, ordered[quota:]))
-                quota = 0
-            if changed:
-                target[member.member_id] = _in_record_order(dict(kept), _target_order(tuple(current)), ())
-            else:
-                target[member.member_id] = current  # type: ignore[assignment]
-        else:
-            target[member.member_id] = current  # type: ignore[assignment]
-        if quota > 0 and has_extra and member_count - index > extra:
-            quota -= 1
-            has_extra = False
-        if quota > 0:
-            unfilled.append((member.member_id, quota))
-            if current:  # assignRemainingPartitions adds to a deep copy of it
-                copied[member.member_id] = _target_order(tuple(current))
-        if has_extra:
-            extra -= 1
-    chunks = _free_partitions(topic_ids, counts, held)
-    chunks.extend(revoked)
-    chunk_count = len(chunks)
-    position = offset = 0
-    for member_id, quota in unfilled:
-        if position >= chunk_count:
-            break
-        current = target[member_id]
-        if not current:  # a new member whose quota one chunk covers (most of a fresh group)
-            topic_id, chunk = chunks[position]
-            end = offset + quota
-            if end < len(chunk):
-                target[member_id] = {topic_id: frozenset(chunk[offset:end])}
-                offset = end
-                continue
-        grown = dict(current)
-        pieces: list[tuple[UUID, int]] = []
-        while quota and position < chunk_count:
-            topic_id, chunk = chunks[position]
-            end = offset + quota
-            if end >= len(chunk):
-                piece = frozenset(chunk[offset:])
-                position += 1
-                offset = 0
-            else:
-                piece = frozenset(chunk[offset:end])
-                offset = end
-            quota -= len(piece)
-            pieces.append((topic_id, len(piece)))
-            have = grown.get(topic_id)
-            grown[topic_id] = piece if have is None else have | piece
-        target[member_id] = _in_record_order(grown, copied.get(member_id), pieces)
-    if position < chunk_count:
-        raise PartitionAssignorError("Partitions were left unassigned")
+    walk = UniformWalk(member_count, minimum_quota, extra, subscribed, topic_ids, target)
+    walk.first_loop(walked, held)
+    walk.assign_remaining(_free_partitions(topic_ids, counts, held))
     return target
+
+
+class UniformWalk:
+    """The two loops of UniformHomogeneousAssignmentBuilder (maybeRevokePartitions, then
+    assignRemainingPartitions) over the members handed to them, writing into `target`: the
+    members not walked must be ones the first loop leaves as they are (their very assignment
+    kept, `extra` untouched, nothing revoked or wanted). `_uniform_homogeneous` walks all or
+    all but the inert ones; incremental.py walks the few members a one-member change touches."""
+
+    __slots__ = (
+        "canonical",
+        "copied",
+        "extra",
+        "member_count",
+        "minimum_quota",
+        "revoked",
+        "subscribed",
+        "target",
+        "topic_ids",
+        "unfilled",
+    )
+
+    def __init__(
+        self,
+        member_count: int,
+        minimum_quota: int,
+        extra: int,
+        subscribed: frozenset[UUID],
+        topic_ids: tuple[UUID, ...],
+        target: GroupAssignment,
+    ) -> None:
+        self.member_count, self.minimum_quota, self.extra = member_count, minimum_quota, extra
+        self.subscribed, self.topic_ids, self.target = subscribed, topic_ids, target
+        # Subscribed topics by identity: the topic ids in assignments are mostly the very objects
+        # of the subscription, and uuid.UUID hashes in Python (a dict lookup by UUID costs a call).
+        self.canonical = {id(topic_id): topic_id for topic_id in topic_ids}
+        self.revoked: list[_Chunk] = []
+        self.unfilled: list[tuple[str, int]] = []
+        self.copied: dict[str, tuple[UUID, ...]] = {}  # an unfilled member's old target, Kafka's order
+
+    def first_loop(  # noqa: C901 - Kafka's maybeRevokePartitions in one measured hot loop
+        self, walked: Iterable[tuple[int, MemberSpec]], held: dict[int, list[frozenset[int]]]
+    ) -> None:
+        """maybeRevokePartitions over `walked` (index in member order, spec), in member order;
+        each walked member's subscribed partitions are added to `held`."""
+        member_count, minimum_quota, extra = self.member_count, self.minimum_quota, self.extra
+        subscribed, topic_ids, target = self.subscribed, self.topic_ids, self.target
+        canonical, revoked, unfilled, copied = self.canonical, self.revoked, self.unfilled, self.copied
+        for index, member in walked:
+            quota = minimum_quota
+            has_extra = extra > 0
+            if has_extra:
+                quota += 1
+            current = member.assignment
+            whole = False
+            if len(current) == 1:  # the usual member: one topic, all of it kept (measured hot path)
+                ((topic_id, parts),) = current.items()
+                key = id(topic_id)
+                if key in canonical and len(parts) <= quota:
+                    holders = held.get(key)
+                    if holders is None:
+                        held[key] = [parts]
+                    else:
+                        holders.append(parts)
+                    quota -= len(parts)
+                    target[member.member_id] = current  # type: ignore[assignment]
+                    whole = True
+            if whole:
+                pass
+            elif current:
+                changed = False
+                kept: list[tuple[UUID, frozenset[int]]] = []
+                if len(current) == 1:
+                    items: Iterable[tuple[UUID, frozenset[int]]] = current.items()
+                else:
+                    items = [(t, current[t]) for t in _target_order(tuple(current))]
+                for topic_id, parts in items:
+                    key = id(topic_id)
+                    if key not in canonical:
+                        key = _subscribed_key(topic_id, subscribed, topic_ids)
+                        if key == -1:
+                            changed = True
+                            continue
+                    holders = held.get(key)
+                    if holders is None:
+                        held[key] = [parts]
+                    else:
+                        holders.append(parts)
+                    if len(parts) <= quota:
+                        quota -= len(parts)
+                        kept.append((topic_id, parts))
+                        continue
+                    changed = True
+                    ordered = sorted(parts)
+                    if quota:
+                        kept.append((topic_id, frozenset(ordered[:quota])))
+                    revoked.append((topic_id, ordered[quota:]))
+                    quota = 0
+                if changed:
+                    target[member.member_id] = _in_record_order(dict(kept), _target_order(tuple(current)), ())
+                else:
+                    target[member.member_id] = current  # type: ignore[assignment]
+            else:
+                target[member.member_id] = current  # type: ignore[assignment]
+            if quota > 0 and has_extra and member_count - index > extra:
+                quota -= 1
+                has_extra = False
+            if quota > 0:
+                unfilled.append((member.member_id, quota))
+                if current:  # assignRemainingPartitions adds to a deep copy of it
+                    copied[member.member_id] = _target_order(tuple(current))
+            if has_extra:
+                extra -= 1
+        self.extra = extra
+
+    def assign_remaining(self, chunks: list[_Chunk]) -> None:
+        """assignRemainingPartitions: `chunks` (the free partitions in topic order) then the
+        revoked ones, handed out to the unfilled members in member order."""
+        target, copied = self.target, self.copied
+        chunks.extend(self.revoked)
+        chunk_count = len(chunks)
+        position = offset = 0
+        for member_id, quota in self.unfilled:
+            if position >= chunk_count:
+                break
+            current = target[member_id]
+            if not current:  # a new member whose quota one chunk covers (most of a fresh group)
+                topic_id, chunk = chunks[position]
+                end = offset + quota
+                if end < len(chunk):
+                    target[member_id] = {topic_id: frozenset(chunk[offset:end])}
+                    offset = end
+                    continue
+            grown = dict(current)
+            pieces: list[tuple[UUID, int]] = []
+            while quota and position < chunk_count:
+                topic_id, chunk = chunks[position]
+                end = offset + quota
+                if end >= len(chunk):
+                    piece = frozenset(chunk[offset:])
+                    position += 1
+                    offset = 0
+                else:
+                    piece = frozenset(chunk[offset:end])
+                    offset = end
+                quota -= len(piece)
+                pieces.append((topic_id, len(piece)))
+                have = grown.get(topic_id)
+                grown[topic_id] = piece if have is None else have | piece
+            target[member_id] = _in_record_order(grown, copied.get(member_id), pieces)
+        if position < chunk_count:
+            raise PartitionAssignorError("Partitions were left unassigned")
 
 
 def _subscribed_key(topic_id: UUID, subscribed: frozenset[UUID], topic_ids: tuple[UUID, ...]) -> int:
@@ -331,190 +376,6 @@ def _every_partition(count: int) -> frozenset[int]:
     return frozenset(range(count))
 
 
-def _java_uuid_key(value: UUID) -> tuple[int, int]:
-    """org.apache.kafka.common.Uuid.compareTo: most, then least significant bits as signed longs."""
-
-    def signed(bits: int) -> int:
-        return bits - (1 << 64) if bits & (1 << 63) else bits
-
-    return signed(value.int >> 64), signed(value.int & 0xFFFFFFFFFFFFFFFF)
-
-
-_MAX_ITERATION_COUNT = 16
-
-
-class _Heterogeneous:
-    """UniformHeterogeneousAssignmentBuilder (members with different subscriptions), line by line."""
-
-    def __init__(self, members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) -> None:
-        self.members = list(members)
-        self.counts = topic_partitions
-        self.subscribers: dict[UUID, list[int]] = {}
-        self.sizes = [0] * len(self.members)
-        for index, member in enumerate(self.members):
-            for topic_id in member.subscribed_topic_ids:
-                _partitions(topic_partitions, topic_id)
-                self.subscribers.setdefault(topic_id, []).append(index)
-        self.owners = {t: [-1] * topic_partitions[t] for t in self.subscribers}
-        self.target: list[dict[UUID, set[int]]] = [{} for _ in self.members]
-
-    def topic_order(self, topic_id: UUID) -> tuple[float, int, tuple[int, int]]:
-        # topicComparator: more partitions per subscriber first, then fewer subscribers, then id.
-        subscribers = len(self.subscribers[topic_id])
-        return (-self.counts[topic_id] / subscribers, subscribers, _java_uuid_key(topic_id))
-
-    def build(self) -> GroupAssignment:  # noqa: C901 - follows Kafka's assignment builder's build() step by step
-        if not self.subscribers:
-            return {m.member_id: {} for m in self.members}
-        # maybeRevokePartitions: keep what is still subscribed.
-        for index, member in enumerate(self.members):
-            for topic_id, parts in member.assignment.items():
-                if topic_id in member.subscribed_topic_ids:
-                    self.sizes[index] += len(parts)
-                    for partition in parts:
-                        self.owners[topic_id][partition] = index
-                    self.target[index][topic_id] = set(parts)
-        # computeUnassignedPartitions + assignRemainingPartitions
-        unassigned = {
-            t: [p for p, owner in enumerate(owners) if owner == -1] for t, owners in self.owners.items()
-        }
-        for topic_id in sorted((t for t, ps in unassigned.items() if ps), key=self.topic_order):
-            balancer = _Balancer(self.sizes)
-            balancer.initialize(self.subscribers[topic_id])
-            for partition in unassigned[topic_id]:
-                self.assign_partition(topic_id, partition, balancer.next_least_loaded())
-        # balance(): topics with two or more subscribers, at most 16 passes.
-        topics = sorted((t for t, subs in self.subscribers.items() if len(subs) >= 2), key=self.topic_order)
-        if topics:
-            last = -1
-            balancer = _Balancer(self.sizes)
-            done = False
-            for _ in range(_MAX_ITERATION_COUNT):
-                for index, topic_id in enumerate(topics):
-                    if index == last:
-                        done = True
-                        break
-                    if self.balance_topic(topic_id, balancer) > 0 or last == -1:
-                        last = index
-                if done:
-                    break
-        return {
-            m.member_id: {t: frozenset(ps) for t, ps in self.target[i].items() if ps}
-            for i, m in enumerate(self.members)
-        }
-
-    def balance_topic(self, topic_id: UUID, balancer: _Balancer) -> int:
-        moved = 0
-        owners = self.owners[topic_id]
-        if balancer.initialize(self.subscribers[topic_id]) <= 1:
-            return moved
-        partitions = sorted(range(self.counts[topic_id]), key=lambda p: (owners[p], p))
-        start: dict[int, int] = {}
-        end: dict[int, int] = {}
-        for i, partition in enumerate(partitions):
-            start.setdefault(owners[partition], i)
-            end[owners[partition]] = i + 1
-        while not balancer.is_balanced():
-            while True:
-                most = balancer.next_most_loaded()
-                if most == -1:
-                    break
-                if most not in end or end[most] - start[most] <= 0:
-                    balancer.exclude_most_loaded()
-                    continue
-                break
-            if most == -1:
-                break
-            partition = partitions[end[most] - 1]
-            end[most] -= 1
-            least = balancer.next_least_loaded()
-            if balancer.is_balanced():
-                break
-            self.assign_partition(topic_id, partition, least)
-            moved += 1
-        return moved
-
-    def assign_partition(self, topic_id: UUID, partition: int, index: int) -> None:
-        old = self.owners[topic_id][partition]
-        if old != -1:
-            parts = self.target[old].get(topic_id)
-            if parts is not None:
-                parts.discard(partition)
-                if not parts:
-                    del self.target[old][topic_id]
-            self.sizes[old] -= 1
-        self.target[index].setdefault(topic_id, set()).add(partition)
-        self.owners[topic_id][partition] = index
-        self.sizes[index] += 1
-
-
-class _Balancer:
-    """UniformHeterogeneousAssignmentBuilder.MemberAssignmentBalancer (ranges of equally loaded
-    members in a list sorted once by load, then member index)."""
-
-    def __init__(self, sizes: list[int]) -> None:
-        self.sizes = sizes
-        self.sorted: list[int] = []
-        self.least_end = 0
-        self.least_count = -1
-        self.next_least = 0
-        self.most_start = 0
-        self.most_end = 0
-        self.most_count = 1
-        self.next_most = -1
-
-    def initialize(self, members: list[int]) -> int:
-        if not members:
-            raise ValueError("Cannot balance an empty subscriber list.")
-        sizes = self.sizes
-        self.sorted = sorted(members, key=lambda m: (sizes[m], m))
-        self.least_end = 0
-        self.least_count = sizes[self.sorted[0]] - 1
-        self.next_least = 0
-        self.most_start = len(self.sorted)
-        self.most_end = len(self.sorted)
-        self.most_count = sizes[self.sorted[-1]] + 1
-        self.next_most = len(self.sorted) - 1
-        return sizes[self.sorted[-1]] - sizes[self.sorted[0]]
-
-    def next_least_loaded(self) -> int:
-        if self.next_least >= self.least_end:
-            self.least_count += 1
-            while (
-                self.least_end < len(self.sorted)
-                and self.sizes[self.sorted[self.least_end]] == self.least_count
-            ):
-                self.least_end += 1
-            self.next_least = 0
-        member = self.sorted[self.next_least]
-        self.next_least += 1
-        return member
-
-    def next_most_loaded(self) -> int:
-        if self.next_most < self.most_start:
-            if self.most_end <= self.most_start and self.most_start > 0:
-                self.most_count = self.sizes[self.sorted[self.most_start - 1]]
-            else:
-                self.most_count -= 1
-            while self.most_start > 0 and self.sizes[self.sorted[self.most_start - 1]] == self.most_count:
-                self.most_start -= 1
-            self.next_most = self.most_end - 1
-        if self.next_most < 0:
-            return -1
-        member = self.sorted[self.next_most]
-        self.next_most -= 1
-        return member
-
-    def exclude_most_loaded(self) -> None:
-        member = self.sorted[self.next_most + 1]
-        self.sorted[self.next_most + 1] = self.sorted[self.most_end - 1]
-        self.sorted[self.most_end - 1] = member
-        self.most_end -= 1
-
-    def is_balanced(self) -> bool:
-        return self.most_count - self.least_count <= 1
-
-
 def _range_order(member: MemberSpec) -> tuple[int, str]:
     # RangeAssignor.sortMemberIds: static members (by instance id) before dynamic (by member id).
     return (0, member.instance_id) if member.instance_id is not None else (1, member.member_id)
@@ -542,7 +403,7 @@ def range_(members: Sequence[MemberSpec], topic_partitions: Mapping[UUID, int]) 
             )
     target: dict[str, dict[UUID, frozenset[int]]] = {m.member_id: {} for m in ordered}
     for topic_id, subs in subscribers.items():
-        count = _partitions(topic_partitions, topic_id)
+        count = partition_count(topic_partitions, topic_id)
         quota, extra = divmod(count, len(subs))
         for rank, member_id in enumerate(subs if quota else subs[:extra]):
             start = rank * quota + min(rank, extra)

@@ -496,7 +496,7 @@ class ConsumerGroupCoordinator:
             )
             return
         group.remove_member(member.member_id)
-        still = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        still = group.regex_counts  # the members left per regex (a walk over them, per leave, before)
         for regex in [r for r in group.resolved_regexes if r not in still]:
             del group.resolved_regexes[regex]  # maybeDeleteResolvedRegularExpressions
         group.group_epoch += 1

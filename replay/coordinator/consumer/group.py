@@ -19,12 +19,14 @@ only "owned by whom" decides reconciliation; OffsetCommit epoch checks are not m
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 from uuid import UUID
 
 from proxy.wire.errors import ErrorCode
+from replay.coordinator.hashorder import improved_hash
 
 if TYPE_CHECKING:
     from replay.coordinator.consumer.types import HeartbeatResponse
@@ -297,6 +299,53 @@ class HashOrderCache:
     key_of: dict[str, int]
     next_seq: int
 
+    def move(self, removed: Iterable[str], added: Iterable[str], spreads: dict[str, int]) -> None:
+        """Each leaver's key taken out of the sorted keys, each newcomer's put in with the next
+        join sequence (bisect: equal buckets stay in join order); `member_ids` is the caller's."""
+        keys, ordered, key_of = self.keys, self.ordered, self.key_of
+        for member_id in removed:
+            index = bisect_left(keys, key_of.pop(member_id))
+            del keys[index], ordered[index]
+        for member_id in added:
+            spread = spreads.get(member_id)
+            if spread is None:
+                spread = spreads[member_id] = improved_hash(member_id)
+            key = key_of[member_id] = ((spread & self.mask) << 32) | self.next_seq
+            self.next_seq += 1
+            index = bisect_left(keys, key)
+            keys.insert(index, key)
+            ordered.insert(index, member_id)
+
+
+@dataclass(slots=True)
+class TargetProfile:
+    """What the group's last `uniform` homogeneous target was computed from and gave, kept so
+    that the next one is computed from the members that left or joined since (incremental.py):
+    `result` is the `group.target` it produced (an identity check: a full target replaces it),
+    every member in it holds exactly `minimum_quota` partitions of the subscribed topics, or one
+    more for the members in `big`, and no partition twice. ConsumerGroup.remove_member records
+    each leaver's target in `removed`, update_member each new member in `added`; `pending` is a
+    joining member the target counted before it was stored. Writers of `group.target` other
+    than target.py write only the targets of members in `added` (static replacement), which
+    incremental.py checks are empty."""
+
+    result: dict[str, Partitions]
+    subscribed: frozenset[UUID]
+    topic_ids: tuple[UUID, ...]
+    counts: list[int]
+    member_count: int
+    minimum_quota: int
+    big: set[str]
+    pending: str | None
+    removed: dict[str, Partitions] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+
+    def joined(self, member_id: str) -> None:
+        if member_id == self.pending:
+            self.pending = None  # the target already counted it
+        else:
+            self.added.append(member_id)
+
 
 def _bump(counts: dict[str, int], key: str, delta: int) -> None:
     value = counts.get(key, 0) + delta
@@ -345,6 +394,7 @@ class ConsumerGroup:
     topic_ids_cache: dict[frozenset[str], tuple[tuple[object, int], frozenset[UUID]]] = field(
         default_factory=dict
     )
+    target_profile: TargetProfile | None = None  # the last target's, while it can be moved on
 
     def update_member(self, member: ConsumerGroupMember) -> None:
         """ConsumerGroup.updateMember: partition index, static member index."""
@@ -369,10 +419,11 @@ class ConsumerGroup:
         ):
             if old is not None:
                 self._count(old, -1)
+            elif self.target_profile is not None:  # a new member, after the profiled target
+                self.target_profile.joined(member.member_id)
             self._count(member, 1)
         if old is None or old.classic is not member.classic:
-            if old is not None:
-                self._count_classic(old, -1)
+            self._count_classic(old, -1)
             self._count_classic(member, 1)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
@@ -388,7 +439,13 @@ class ConsumerGroup:
     def remove_member(self, member_id: str) -> ConsumerGroupMember | None:
         """ConsumerGroup.removeMember plus the target assignment tombstone (removeMember records)."""
         old = self.members.pop(member_id, None)
-        self.target.pop(member_id, None)
+        target = self.target.pop(member_id, None)
+        profile = self.target_profile
+        if profile is not None and (old is not None or target is not None):
+            if target is None or member_id == profile.pending:  # left before a target counted it
+                self.target_profile = None
+            else:
+                profile.removed[member_id] = target
         self.plain_answers.pop(member_id, None)
         self.session_timers.pop(member_id, None)
         self.wire_answers.pop(member_id, None)
@@ -410,8 +467,8 @@ class ConsumerGroup:
         if member.server_assignor is not None:
             _bump(self.assignor_counts, member.server_assignor, delta)
 
-    def _count_classic(self, member: ConsumerGroupMember, delta: int) -> None:
-        if member.classic is None:
+    def _count_classic(self, member: ConsumerGroupMember | None, delta: int) -> None:
+        if member is None or member.classic is None:
             return
         self.classic_members += delta
         for name in {name for name, _ in member.classic.protocols}:
@@ -483,5 +540,6 @@ __all__ = [
     "HashOrderCache",
     "MemberState",
     "MigrationPolicy",
+    "TargetProfile",
     "reconcile",
 ]

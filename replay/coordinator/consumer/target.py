@@ -16,12 +16,11 @@ assignor_counts) instead of a walk over its members.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from replay.coordinator.consumer import assignors
+from replay.coordinator.consumer import assignors, incremental
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, HashOrderCache, Partitions
 from replay.coordinator.consumer.types import ConsumerGroupEvent
 from replay.coordinator.hashorder import MemberMapKind, capacity_for, improved_hash
@@ -48,12 +47,21 @@ def maybe_update_target(
         return group.assignment_epoch, group.target_of(updated)
     stored = group.members
     updated_id = updated.member_id
-    member_ids = list(stored)
-    if updated_id not in stored:
-        member_ids.append(updated_id)  # addOrUpdateMember: a join takes its place at the end
+    joining = updated_id not in stored
     name = preferred_assignor(coordinator, group, updated)
+    homogeneous = is_homogeneous(coordinator, group, updated, len(stored) + joining)
+    uniform = name == assignors.UNIFORM and homogeneous
+    empty: Partitions = {}
+    if uniform and group.target_profile is not None:
+        shared = topic_ids_order(coordinator, group, updated)  # every member's (homogeneous)
+        moved = incremental.next_target(coordinator, group, updated, len(stored) + joining, shared)
+        if moved is not None:
+            return _assigned(coordinator, now_ms, group, group_epoch, name, moved.get(updated_id, empty))
+    group.target_profile = None
+    member_ids = list(stored)
+    if joining:
+        member_ids.append(updated_id)  # addOrUpdateMember: a join takes its place at the end
     ordered = member_hash_order(group, member_ids)
-    homogeneous = is_homogeneous(coordinator, group, updated, len(member_ids))
     specs = (_homogeneous_specs if homogeneous else _specs)(coordinator, group, ordered, updated)
     first = specs[0].member_id if specs else None
     order = (
@@ -62,17 +70,34 @@ def maybe_update_target(
         else None
     )
     result = assignors.assign(name, specs, coordinator._partition_counts(), homogeneous, order)
-    empty: Partitions = {}
     if len(result) == len(member_ids):  # every member answered (its keys are the specs' ids)
         group.target = result  # type: ignore[assignment]
     else:
         group.target = {member_id: result.get(member_id, empty) for member_id in member_ids}
+    if uniform and order is not None and len(member_ids) >= 2:  # the hash order cache is this target's
+        subscribed = specs[0].subscribed_topic_ids
+        pending = updated_id if joining else None
+        incremental.keep_profile(
+            group, subscribed, order, coordinator._partition_counts(), len(member_ids), pending
+        )
+    return _assigned(coordinator, now_ms, group, group_epoch, name, group.target.get(updated_id, empty))
+
+
+def _assigned(
+    coordinator: ConsumerGroupCoordinator,
+    now_ms: int,
+    group: ConsumerGroup,
+    group_epoch: int,
+    name: str,
+    assignment: Partitions,
+) -> tuple[int, Partitions]:
+    """A new target is the group's: its epoch and time, the event."""
     group.assignment_epoch = group_epoch
     group.assignment_timestamp_ms = now_ms
     coordinator.events.append(
         ConsumerGroupEvent(now_ms, group.group_id, "target_assigned", None, group_epoch, name)
     )
-    return group_epoch, group.target.get(updated_id, empty)
+    return group_epoch, assignment
 
 
 def topic_ids_order(
@@ -135,19 +160,7 @@ def _moved_order(cache: HashOrderCache, member_ids: list[str], spreads: dict[str
     added = member_ids[len(kept) :]
     if not key_of.keys().isdisjoint(added) or cache.next_seq + len(added) > _MAX_SEQ:
         return False
-    keys, ordered = cache.keys, cache.ordered
-    for member_id in removed:
-        index = bisect_left(keys, key_of.pop(member_id))
-        del keys[index], ordered[index]
-    for member_id in added:
-        spread = spreads.get(member_id)
-        if spread is None:
-            spread = spreads[member_id] = improved_hash(member_id)
-        key = key_of[member_id] = ((spread & cache.mask) << 32) | cache.next_seq
-        cache.next_seq += 1
-        index = bisect_left(keys, key)
-        keys.insert(index, key)
-        ordered.insert(index, member_id)
+    cache.move(removed, added, spreads)
     cache.member_ids = list(member_ids)
     return True
 
