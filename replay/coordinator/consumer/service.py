@@ -493,13 +493,14 @@ class ConsumerGroupService:
         if group is None:
             return False
         _, generation_id, member_id, instance_id = request  # replay.coordinator.parse.Heartbeat
+        # The two fast paths exclude each other (behind: the member's epoch is under the target's).
+        if classic_cycle.behind(self, runtime.now_ms(), group, request):
+            runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, _REBALANCING))
+            return True
         if steady_classic_heartbeat(
             coordinator, runtime.now_ms(), group, member_id, instance_id, generation_id
         ):
             runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, _NONE))
-            return True
-        if classic_cycle.behind(self, runtime.now_ms(), group, request):
-            runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, _REBALANCING))
             return True
         code = _NONE
         try:
