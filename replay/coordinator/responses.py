@@ -149,7 +149,8 @@ _FOLLOWER_FIELDS = frozenset({"member_id", "generation_id", "protocol_type", "pr
 
 
 @lru_cache(maxsize=16)
-def _join_follower_constructor(api_version: int) -> Any:
+def join_follower_constructor(api_version: int) -> Any:
+    """`join_follower` for one version (its arguments but the first)."""
     schema = response_schema(11, api_version)
     general = _join_constructor(api_version)
     slots = tuple(getattr(schema, "__slots__", ()))
@@ -191,7 +192,7 @@ def join_follower(
     protocol_name=...)`: a JoinGroup answer without error, leader or members, what every classic
     member's rejoin in a consumer group gets (classicGroupJoinToConsumerGroup), with the fields
     all such answers share set from a per-version list rather than a dict of every field."""
-    return _join_follower_constructor(api_version)(member_id, generation_id, protocol_type, protocol_name)
+    return join_follower_constructor(api_version)(member_id, generation_id, protocol_type, protocol_name)
 
 
 @lru_cache(maxsize=16)

@@ -86,27 +86,40 @@ def rejoin(service: ConsumerGroupService, ctx: RequestContext, request: Any, gro
     runtime = service._runtime()
     now_ms = runtime.now_ms()
     target_epoch = group.assignment_epoch
-    reconciled = member
-    if member.state is not _STABLE or member.member_epoch != target_epoch:
-        reconciled = reconcile(
-            member,
-            target_epoch,
-            group.target_of(member),
-            subscribed_ids(coordinator, group, member.subscribed_topic_names),
-            group.owner_of,
-            owned_partitions(coordinator, subscription.owned_partitions),
-            False,
-        )
-        group.update_member(reconciled)
+    epoch = member.member_epoch
+    if member.state is not _STABLE or epoch != target_epoch:
+        target = group.target.get(member_id)  # group.target_of, without a call when found
+        if (
+            target is not None
+            and target is member.assigned
+            and member.state is _STABLE
+            and not member.pending_revocation
+            and all(target.values())
+            and target.keys() <= subscribed_ids(coordinator, group, member.subscribed_topic_names)
+        ):
+            # reconcile's first case (the target is what the member has: only the epoch moves),
+            # without building the arguments of its other cases.
+            group.advance_member(member, target_epoch)
+            epoch = target_epoch
+        else:
+            reconciled = reconcile(
+                member,
+                target_epoch,
+                group.target_of(member),
+                subscribed_ids(coordinator, group, member.subscribed_topic_names),
+                group.owner_of,
+                owned_partitions(coordinator, subscription.owned_partitions),
+                False,
+            )
+            group.update_member(reconciled)
+            epoch = reconciled.member_epoch
     group_id = group.group_id
     timers = coordinator.timers
     join_key, _, sync_key, sync_expired = classic_timers_of(coordinator, group_id, member_id)
     timers.cancel(join_key)
     _renew_session(coordinator, now_ms, group, member_id, request.session_timeout_ms)
     timers.schedule(sync_key, now_ms + rebalance_timeout_ms, sync_expired)
-    runtime.respond(
-        ctx, join_ok_response(ctx.api_version, member_id, reconciled.member_epoch, classic.protocols[0][0])
-    )
+    runtime.respond(ctx, join_ok_response(ctx.api_version, member_id, epoch, classic.protocols[0][0]))
     return True
 
 

@@ -64,7 +64,10 @@ def supports_classic_protocols(
     if not group.members:
         return bool(protocols)
     counts, classic = group.classic_protocol_counts, group.classic_members
-    return any(counts.get(name, 0) == classic for name, _ in protocols)
+    for name, _ in protocols:  # noqa: SIM110 - not any() of a generator: every classic JoinGroup asks
+        if counts.get(name, 0) == classic:
+            return True
+    return False
 
 
 @lru_cache(maxsize=1 << 12)
@@ -474,7 +477,9 @@ def join_error_response(api_version: int, code: ErrorCode, member_id: str) -> An
 
 def join_ok_response(api_version: int, member_id: str, generation_id: int, protocol_name: str) -> Any:
     """classicGroupJoinToConsumerGroup's answer: no leader, no member list (always a follower)."""
-    return R.join_follower(api_version, member_id, generation_id, CONSUMER_PROTOCOL_TYPE, protocol_name)
+    return R.join_follower_constructor(api_version)(
+        member_id, generation_id, CONSUMER_PROTOCOL_TYPE, protocol_name
+    )
 
 
 def sync_error_response(api_version: int, code: ErrorCode) -> Any:
