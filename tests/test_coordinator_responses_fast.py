@@ -55,6 +55,26 @@ def test_join_group_answers_are_the_generic_builders(
     assert repr(built) == repr(expected) and hash(built) == hash(expected)
 
 
+@pytest.mark.parametrize("api_version", range(10))
+@pytest.mark.parametrize("protocol_type", ["consumer", None])
+@pytest.mark.parametrize("protocol_name", ["range", None])
+def test_follower_join_answers_are_the_generic_builders(
+    api_version: int, protocol_type: str | None, protocol_name: str | None
+) -> None:
+    built = R.join_follower(api_version, "m-1", 7, protocol_type, protocol_name)
+    expected = R.join_group(
+        api_version,
+        0,
+        member_id="m-1",
+        generation_id=7,
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+    )
+    assert built == expected and type(built) is type(expected)
+    assert repr(built) == repr(expected) and hash(built) == hash(expected)
+    assert built is not R.join_follower(api_version, "m-1", 7, protocol_type, protocol_name)
+
+
 @pytest.mark.parametrize("api_version", range(6))
 def test_sync_group_answers_are_the_generic_builders(api_version: int) -> None:
     built = R.sync_group(
@@ -88,3 +108,13 @@ def test_slot_filler_is_the_entity_init_and_leaves_post_init_classes_to_it() -> 
 
     with pytest.raises(ValueError):
         R.slot_filler(Checked)({"size": -1})
+
+
+def test_respond_built_slot_by_slot_is_the_dataclass() -> None:
+    from replay.coordinator.types import RequestContext, Respond, respond
+
+    ctx = RequestContext(1, "client", "/10.0.0.1", 4, 9)
+    answer = R.heartbeat(4, 27)
+    built = respond(ctx, answer)
+    assert built == Respond(ctx, answer) and type(built) is Respond
+    assert repr(built) == repr(Respond(ctx, answer)) and hash(built) == hash(Respond(ctx, answer))

@@ -92,6 +92,37 @@ def _run(ops: list[tuple[str, str, int]]) -> None:
 @example([("schedule", "k0", 10), ("schedule", "k0", 30), ("schedule", "k1", 20), ("advance", "", 25)])
 # k0 moved to k1's deadline after k1 was scheduled: k1 fires first.
 @example([("schedule", "k0", 10), ("schedule", "k1", 20), ("schedule", "k0", 20), ("advance", "", 20)])
+# k0 cancelled, then scheduled again later (its parked entry live again): fires at 30 only.
+@example(
+    [
+        ("schedule", "k0", 10),
+        ("cancel", "k0", 0),
+        ("schedule", "k0", 30),
+        ("advance", "", 15),
+        ("peek", "k0", 0),
+        ("advance", "", 20),
+    ]
+)
+# k0 cancelled, then scheduled again earlier than its heap entry (a new entry): fires at 5.
+@example(
+    [
+        ("schedule", "k0", 10),
+        ("cancel", "k0", 0),
+        ("schedule", "k0", 5),
+        ("advance", "", 7),
+        ("peek", "k0", 0),
+    ]
+)
+# k0 cancelled and its heap entry dropped, then scheduled again.
+@example(
+    [
+        ("schedule", "k0", 10),
+        ("cancel", "k0", 0),
+        ("advance", "", 12),
+        ("schedule", "k0", 3),
+        ("advance", "", 3),
+    ]
+)
 def test_keyed_timers_fire_as_the_eager_model(ops: list[tuple[str, str, int]]) -> None:
     _run(ops)
 
@@ -119,3 +150,22 @@ def test_a_session_timer_moved_later_pushes_once_per_timeout() -> None:
     assert timers.heap_size() == 1 and not fired
     assert timers.next_deadline() == 450_000 + 45_000
     assert timers.pop_due(495_000) is not None and len(timers) == 0
+
+
+def test_a_cancelled_timer_scheduled_again_later_pushes_nothing() -> None:
+    """A key cancelled and scheduled again a few seconds later, to a later deadline (a classic
+    member's consumer-sync timer in a consumer group, at every rebalance), is live again in its
+    parked entry: one heap entry, and only the last schedule fires."""
+    timers, fired = KeyedTimers(), []
+    for now_ms in range(0, 20_001, 2_000):
+        timers.schedule("sync", now_ms + 30_000, lambda at_ms, now_ms=now_ms: fired.append(now_ms))
+        timers.cancel("sync")
+        assert not timers.is_scheduled("sync") and timers.deadline("sync") is None and len(timers) == 0
+    timers.schedule("sync", 21_000 + 30_000, lambda at_ms: fired.append(at_ms))
+    assert timers.heap_size() == 1 and timers.next_deadline() == 51_000
+    while (due := timers.pop_due(60_000)) is not None:
+        due[1](60_000)
+    assert fired == [60_000] and timers.heap_size() == 0
+    timers.schedule("sync", 70_000, lambda at_ms: None)
+    timers.cancel("sync")
+    assert timers.pop_due(80_000) is None and timers.heap_size() == 0 and not timers._parked

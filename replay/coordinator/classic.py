@@ -30,7 +30,7 @@ from replay.coordinator.group import ClassicGroup
 from replay.coordinator.join import JoinGroupHandling
 from replay.coordinator.persist import store_group
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
-from replay.coordinator.types import GroupEventKind, GroupState, KafkaBehaviour, RequestContext, Respond
+from replay.coordinator.types import GroupEventKind, GroupState, KafkaBehaviour, RequestContext, respond
 
 
 class ClassicGroupManager(JoinGroupHandling):
@@ -112,7 +112,7 @@ class ClassicGroupManager(JoinGroupHandling):
                 key, expire = member.heartbeat_timer
                 self.timers.schedule(key, self._now_ms + member.session_timeout_ms, expire)
                 code = REBALANCE_IN_PROGRESS if state is GroupState.PREPARING_REBALANCE else NONE
-                self._out.append(Respond(ctx, R.heartbeat(ctx.api_version, code)))
+                self._out.append(respond(ctx, R.heartbeat(ctx.api_version, code)))
                 return
         self._checked_heartbeat(ctx, request, group)
 

@@ -144,6 +144,57 @@ def join_group(
     )
 
 
+# The fields a follower's JoinGroup answer does not share with every other one.
+_FOLLOWER_FIELDS = frozenset({"member_id", "generation_id", "protocol_type", "protocol_name"})
+
+
+@lru_cache(maxsize=16)
+def join_follower_constructor(api_version: int) -> Any:
+    """`join_follower` for one version (its arguments but the first)."""
+    schema = response_schema(11, api_version)
+    general = _join_constructor(api_version)
+    slots = tuple(getattr(schema, "__slots__", ()))
+    if hasattr(schema, "__post_init__") or frozenset(slots) != _fields(schema):
+        return lambda m, g, t, n: general(0, m, g, t, n, "", False, ())
+    sample = general(0, "", -1, None, "", "", False, ())  # the other fields' values
+    constant = [
+        (schema.__dict__[name].__set__, getattr(sample, name))
+        for name in slots
+        if name not in _FOLLOWER_FIELDS
+    ]
+    set_member, set_generation, set_name = (
+        schema.__dict__[name].__set__ for name in ("member_id", "generation_id", "protocol_name")
+    )
+    set_type = schema.__dict__["protocol_type"].__set__ if "protocol_type" in slots else None
+    nullable_name = api_version >= 7
+    new = object.__new__
+
+    def construct(
+        member_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None
+    ) -> Any:
+        entity = new(schema)
+        for set_slot, value in constant:
+            set_slot(entity, value)
+        set_member(entity, member_id)
+        set_generation(entity, generation_id)
+        set_name(entity, "" if protocol_name is None and not nullable_name else protocol_name)
+        if set_type is not None:
+            set_type(entity, protocol_type)
+        return entity
+
+    return construct
+
+
+def join_follower(
+    api_version: int, member_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None
+) -> Any:
+    """`join_group(api_version, 0, member_id=..., generation_id=..., protocol_type=...,
+    protocol_name=...)`: a JoinGroup answer without error, leader or members, what every classic
+    member's rejoin in a consumer group gets (classicGroupJoinToConsumerGroup), with the fields
+    all such answers share set from a per-version list rather than a dict of every field."""
+    return join_follower_constructor(api_version)(member_id, generation_id, protocol_type, protocol_name)
+
+
 @lru_cache(maxsize=16)
 def _sync_constructor(api_version: int) -> Any:
     schema = response_schema(14, api_version)

@@ -34,7 +34,7 @@ from replay.coordinator.types import (
     KafkaBehaviour,
     Output,
     RequestContext,
-    Respond,
+    respond,
 )
 
 UNKNOWN_MEMBER = ""  # JoinGroupRequest.UNKNOWN_MEMBER_ID
@@ -123,7 +123,7 @@ class CoordinatorRuntime:
 
     # --- outputs -----------------------------------------------------------------------------
     def _respond(self, context: RequestContext, response: Any) -> None:
-        self._out.append(Respond(context, response))
+        self._out.append(respond(context, response))
 
     def _event(
         self,

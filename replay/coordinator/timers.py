@@ -19,6 +19,12 @@ the earliest), it is pushed again at the key's real deadline and sequence number
 fire in (deadline, scheduling order) order: an entry surfaces no later than its real place in that
 order, and is moved there before anything behind it fires. A member heartbeating every few seconds
 with a 45 s session timeout then costs a heap push per session timeout instead of per heartbeat.
+
+A cancelled key's entry is parked (kept, not live) while its heap entry is in the heap: scheduled
+again at the same or a later deadline, it is live again in place, without a push. A classic member
+in a consumer group cancels and schedules its join and sync timers at every rebalance (Kafka's
+scheduleConsumerGroupJoinTimeoutIfAbsent / cancelConsumerGroupJoinTimeout and the sync ones), a
+few seconds apart for a rebalance timeout of minutes.
 """
 
 from __future__ import annotations
@@ -43,13 +49,15 @@ COMPACT_SLACK = 1024
 
 
 class KeyedTimers:
-    __slots__ = ("_check_at", "_live", "_seq", "heap")
+    __slots__ = ("_check_at", "_live", "_parked", "_seq", "heap")
 
     def __init__(self) -> None:
         # (deadline_ms, seq, key), stale and early entries included: `heap[0][0]` is never later
         # than the next live deadline (the coordinator's cheap "is anything due?" test). Read only.
         self.heap: list[tuple[int, int, str]] = []
         self._live: dict[str, _Entry] = {}
+        # Cancelled entries whose heap entry is still in the heap (dropped when it surfaces).
+        self._parked: dict[str, _Entry] = {}
         self._seq = 0
         self._check_at = COMPACT_SLACK + 1  # the schedule (by sequence number) that checks next
 
@@ -62,6 +70,14 @@ class KeyedTimers:
             entry[1] = seq
             entry[2] = action
             return
+        if entry is None and self._parked:
+            entry = self._parked.pop(key, None)
+            if entry is not None and entry[4] <= deadline_ms:
+                entry[0] = deadline_ms
+                entry[1] = seq
+                entry[2] = action
+                self._live[key] = entry
+                return
         self._live[key] = [deadline_ms, seq, action, seq, deadline_ms]
         heapq.heappush(self.heap, (deadline_ms, seq, key))
         if seq >= self._check_at:
@@ -76,6 +92,7 @@ class KeyedTimers:
                 heap.append((entry[0], entry[1], key))
             heapq.heapify(heap)
             self.heap = heap
+            self._parked.clear()  # their heap entries are gone
         # Each schedule adds at most one entry: no sooner than this can the heap outgrow the bound.
         self._check_at = seq + max(1, 2 * len(live) + COMPACT_SLACK + 1 - len(self.heap))
 
@@ -84,7 +101,9 @@ class KeyedTimers:
         return len(self.heap)
 
     def cancel(self, key: str) -> None:
-        self._live.pop(key, None)
+        entry = self._live.pop(key, None)
+        if entry is not None:
+            self._parked[key] = entry
 
     def is_scheduled(self, key: str) -> bool:
         return key in self._live
@@ -106,6 +125,10 @@ class KeyedTimers:
             entry = live.get(key)
             if entry is None or entry[3] != seq:
                 heapq.heappop(heap)
+                if entry is None:
+                    parked = self._parked.get(key)
+                    if parked is not None and parked[3] == seq:
+                        del self._parked[key]
             elif entry[1] != seq:
                 entry[3], entry[4] = entry[1], entry[0]
                 heapq.heapreplace(heap, (entry[0], entry[1], key))

@@ -131,6 +131,21 @@ class Respond:
     response: Any
 
 
+_new_object = object.__new__
+_set_context = Respond.__dict__["context"].__set__  # the slots' descriptors: no frozen __setattr__
+_set_response = Respond.__dict__["response"].__set__
+
+
+def respond(context: RequestContext, response: Any) -> Respond:
+    """`Respond(context, response)` built slot by slot (what the frozen dataclass's generated
+    __init__ does through two `object.__setattr__` calls, in a third of the time): every
+    request's answer is one."""
+    out: Respond = _new_object(Respond)
+    _set_context(out, context)
+    _set_response(out, response)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class GroupEvent:
     """One server-side group event, with the design section 4 columns the coordinator knows.

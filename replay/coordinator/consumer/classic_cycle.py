@@ -21,7 +21,7 @@ from proxy.wire.codec import CodecError
 from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer.classic_members import (
     CONSUMER_PROTOCOL_TYPE,
-    classic_timer,
+    classic_timers_of,
     join_ok_response,
     owned_partitions,
     subscription_of,
@@ -33,6 +33,7 @@ from replay.coordinator.consumer.steady import metadata_unchanged, subscribed_id
 from replay.coordinator.types import RequestContext
 
 if TYPE_CHECKING:
+    from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
     from replay.coordinator.consumer.service import ConsumerGroupService
 
 # Enum members looked up once: an enum attribute is looked up in Python on 3.11 (~0.2 us).
@@ -85,28 +86,53 @@ def rejoin(service: ConsumerGroupService, ctx: RequestContext, request: Any, gro
     runtime = service._runtime()
     now_ms = runtime.now_ms()
     target_epoch = group.assignment_epoch
-    reconciled = member
-    if member.state is not _STABLE or member.member_epoch != target_epoch:
-        reconciled = reconcile(
-            member,
-            target_epoch,
-            group.target_of(member),
-            subscribed_ids(coordinator, group, member.subscribed_topic_names),
-            group.owner_of,
-            owned_partitions(coordinator, subscription.owned_partitions),
-            False,
-        )
-        group.update_member(reconciled)
+    epoch = member.member_epoch
+    if member.state is not _STABLE or epoch != target_epoch:
+        target = group.target.get(member_id)  # group.target_of, without a call when found
+        if (
+            target is not None
+            and target is member.assigned
+            and member.state is _STABLE
+            and not member.pending_revocation
+            and all(target.values())
+            and target.keys() <= subscribed_ids(coordinator, group, member.subscribed_topic_names)
+        ):
+            # reconcile's first case (the target is what the member has: only the epoch moves),
+            # without building the arguments of its other cases.
+            group.advance_member(member, target_epoch)
+            epoch = target_epoch
+        else:
+            reconciled = reconcile(
+                member,
+                target_epoch,
+                group.target_of(member),
+                subscribed_ids(coordinator, group, member.subscribed_topic_names),
+                group.owner_of,
+                owned_partitions(coordinator, subscription.owned_partitions),
+                False,
+            )
+            group.update_member(reconciled)
+            epoch = reconciled.member_epoch
     group_id = group.group_id
     timers = coordinator.timers
-    timers.cancel(classic_timer(coordinator, "consumer-join", group_id, member_id)[0])
-    coordinator._schedule_session_timeout(now_ms, group_id, member_id, request.session_timeout_ms)
-    key, expire = classic_timer(coordinator, "consumer-sync", group_id, member_id)
-    timers.schedule(key, now_ms + rebalance_timeout_ms, expire)
-    runtime.respond(
-        ctx, join_ok_response(ctx.api_version, member_id, reconciled.member_epoch, classic.protocols[0][0])
-    )
+    join_key, _, sync_key, sync_expired = classic_timers_of(coordinator, group_id, member_id)
+    timers.cancel(join_key)
+    _renew_session(coordinator, now_ms, group, member_id, request.session_timeout_ms)
+    timers.schedule(sync_key, now_ms + rebalance_timeout_ms, sync_expired)
+    runtime.respond(ctx, join_ok_response(ctx.api_version, member_id, epoch, classic.protocols[0][0]))
     return True
+
+
+def _renew_session(
+    coordinator: ConsumerGroupCoordinator, now_ms: int, group: ConsumerGroup, member_id: str, timeout_ms: int
+) -> None:
+    """`coordinator._schedule_session_timeout` with the member's session timer key and action
+    looked up here (made there the first time)."""
+    timer = group.session_timers.get(member_id)
+    if timer is None:
+        coordinator._schedule_session_timeout(now_ms, group.group_id, member_id, timeout_ms)
+    else:
+        coordinator.timers.schedule(timer[0], now_ms + timeout_ms, timer[1])
 
 
 def behind(service: ConsumerGroupService, now_ms: int, group: ConsumerGroup, request: Any) -> bool:
@@ -125,13 +151,11 @@ def behind(service: ConsumerGroupService, now_ms: int, group: ConsumerGroup, req
     ):
         return False
     coordinator = service.coordinator
-    coordinator._schedule_session_timeout(
-        now_ms, group.group_id, member_id, member.classic.session_timeout_ms
-    )
-    key, expire = classic_timer(coordinator, "consumer-join", group.group_id, member_id)
+    _renew_session(coordinator, now_ms, group, member_id, member.classic.session_timeout_ms)
+    join_key, join_expired, _, _ = classic_timers_of(coordinator, group.group_id, member_id)
     timers = coordinator.timers
-    if not timers.is_scheduled(key):
-        timers.schedule(key, now_ms + member.rebalance_timeout_ms, expire)
+    if not timers.is_scheduled(join_key):
+        timers.schedule(join_key, now_ms + member.rebalance_timeout_ms, join_expired)
     return True
 
 
@@ -156,8 +180,8 @@ def sync(service: ConsumerGroupService, ctx: RequestContext, request: Any, group
     coordinator = service.coordinator
     runtime = service._runtime()
     now_ms = runtime.now_ms()
-    coordinator.timers.cancel(classic_timer(coordinator, "consumer-sync", group.group_id, member_id)[0])
-    coordinator._schedule_session_timeout(now_ms, group.group_id, member_id, classic.session_timeout_ms)
+    coordinator.timers.cancel(classic_timers_of(coordinator, group.group_id, member_id)[2])
+    _renew_session(coordinator, now_ms, group, member_id, classic.session_timeout_ms)
     runtime.respond(ctx, sync_ok_answer(coordinator, member, ctx.api_version, protocol_type, protocol_name))
     return True
 

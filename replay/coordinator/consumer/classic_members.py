@@ -64,7 +64,10 @@ def supports_classic_protocols(
     if not group.members:
         return bool(protocols)
     counts, classic = group.classic_protocol_counts, group.classic_members
-    return any(counts.get(name, 0) == classic for name, _ in protocols)
+    for name, _ in protocols:  # noqa: SIM110 - not any() of a generator: every classic JoinGroup asks
+        if counts.get(name, 0) == classic:
+            return True
+    return False
 
 
 @lru_cache(maxsize=1 << 12)
@@ -418,30 +421,51 @@ def _encoded_entry(coordinator: ConsumerGroupCoordinator, member: ConsumerGroupM
     return entry
 
 
+ClassicTimers = tuple[str, Callable[[int], None], str, Callable[[int], None]]
+
+
+def classic_timers_of(coordinator: ConsumerGroupCoordinator, group_id: str, member_id: str) -> ClassicTimers:
+    """The keys and actions of a classic member's "consumer-join" timer
+    (scheduleConsumerGroupJoinTimeoutIfAbsent) and "consumer-sync" timer
+    (scheduleConsumerGroupSyncTimeout), made once per member and looked up by its group id and
+    member id (strings, their hashes cached; a tuple key is hashed anew at every look-up): each
+    action finds the member by its ids when it fires, as a new one would, so one made earlier
+    does the same (each join, sync and rejoining heartbeat of a classic member in a consumer
+    group schedules or cancels one)."""
+    by_group = coordinator.classic_timers.get(group_id)
+    if by_group is None:
+        if len(coordinator.classic_timers) > 1 << 10:
+            coordinator.classic_timers.clear()
+        by_group = coordinator.classic_timers[group_id] = {}
+    found = by_group.get(member_id)
+    if found is None:
+
+        def join_expired(at_ms: int) -> None:
+            why = "the classic member failed to join within the rebalance timeout"
+            coordinator._fence_operation(at_ms, group_id, member_id, "member_fenced", why)
+
+        def sync_expired(at_ms: int) -> None:
+            why = "the member failed to sync within timeout"
+            coordinator._fence_operation(at_ms, group_id, member_id, "member_fenced", why)
+
+        if len(by_group) > 1 << 16:
+            by_group.clear()
+        found = by_group[member_id] = (
+            f"consumer-join-{group_id}-{member_id}",
+            join_expired,
+            f"consumer-sync-{group_id}-{member_id}",
+            sync_expired,
+        )
+    return found
+
+
 def classic_timer(
     coordinator: ConsumerGroupCoordinator, kind: str, group_id: str, member_id: str
 ) -> tuple[str, Callable[[int], None]]:
-    """The key and action of a classic member's "consumer-sync" (scheduleConsumerGroupSyncTimeout)
-    or "consumer-join" (scheduleConsumerGroupJoinTimeoutIfAbsent) timer, made once per member:
-    the action finds the member by its ids when it fires, as a new one would, so one made
-    earlier does the same (each join, sync and rejoining heartbeat of a classic member in a
-    consumer group schedules or cancels one)."""
-    cache = coordinator.classic_timers
-    found = cache.get((kind, group_id, member_id))
-    if found is None:
-        why = (
-            "the member failed to sync within timeout"
-            if kind == "consumer-sync"
-            else "the classic member failed to join within the rebalance timeout"
-        )
-
-        def expire(at_ms: int) -> None:
-            coordinator._fence_operation(at_ms, group_id, member_id, "member_fenced", why)
-
-        if len(cache) > 1 << 16:
-            cache.clear()
-        found = cache[(kind, group_id, member_id)] = (f"{kind}-{group_id}-{member_id}", expire)
-    return found
+    """The key and action of a classic member's "consumer-join" or "consumer-sync" timer
+    (`classic_timers_of`)."""
+    join_key, join_expired, sync_key, sync_expired = classic_timers_of(coordinator, group_id, member_id)
+    return (sync_key, sync_expired) if kind == "consumer-sync" else (join_key, join_expired)
 
 
 # -- the answers to classic requests served by a consumer group -------------------------------------
@@ -453,13 +477,8 @@ def join_error_response(api_version: int, code: ErrorCode, member_id: str) -> An
 
 def join_ok_response(api_version: int, member_id: str, generation_id: int, protocol_name: str) -> Any:
     """classicGroupJoinToConsumerGroup's answer: no leader, no member list (always a follower)."""
-    return R.join_group(
-        api_version,
-        0,
-        member_id=member_id,
-        generation_id=generation_id,
-        protocol_type=CONSUMER_PROTOCOL_TYPE,
-        protocol_name=protocol_name,
+    return R.join_follower_constructor(api_version)(
+        member_id, generation_id, CONSUMER_PROTOCOL_TYPE, protocol_name
     )
 
 
@@ -489,6 +508,7 @@ __all__ = [
     "classic_join",
     "classic_member",
     "classic_timer",
+    "classic_timers_of",
     "downgrade_by_replacement",
     "heartbeat_response",
     "join_error_response",

@@ -108,9 +108,10 @@ class ConsumerGroupCoordinator:
     topic_ids_version: int = 0  # bumped when `add_topic` names a topic id (steady.py's cache)
     # migration.assignment_bytes: id(assignment) -> (assignment, version, topic image, bytes, answers)
     encoded_assignments: dict[int, tuple[Any, ...]] = field(default_factory=dict)
-    # migration.classic_timer: (kind, group id, member id) -> (timer key, action)
-    classic_timers: dict[tuple[str, str, str], tuple[str, Callable[[int], None]]] = field(
-        default_factory=dict
+    # classic_members.classic_timers_of: group id -> member id -> (consumer-join key, action,
+    # consumer-sync key, action)
+    classic_timers: dict[str, dict[str, tuple[str, Callable[[int], None], str, Callable[[int], None]]]] = (
+        field(default_factory=dict)
     )
 
     # -- metadata ------------------------------------------------------------------------------

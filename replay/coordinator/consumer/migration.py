@@ -32,7 +32,9 @@ epochs, assignments, DescribeGroups / ConsumerGroupDescribe group types and stat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from proxy.wire.codec import CodecError
@@ -41,6 +43,8 @@ from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer.classic_members import (
     CONSUMER_PROTOCOL_TYPE,
     assignment_bytes,
+    join_error_response,
+    sync_error_response,
     topic_partitions,
 )
 from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
@@ -53,6 +57,37 @@ from replay.coordinator.consumer.group import (
 from replay.coordinator.consumer.types import HeartbeatError
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.types import GroupState
+
+
+def member_views(old: ClassicGroup, respond: Callable[[Any, Any], None]) -> list[ClassicMemberView]:
+    """convertToConsumerGroup's view of the classic group's members; their parked JoinGroup and
+    SyncGroup requests are answered REBALANCE_IN_PROGRESS (completeAllJoinFutures /
+    completeAllSyncFutures)."""
+    views = [
+        ClassicMemberView(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout_ms,
+            m.session_timeout_ms,
+            m.protocols,
+            m.assignment,
+        )
+        for m in old.members.values()
+    ]
+    for m in old.members.values():
+        parked = old.take_join(m)
+        if parked is not None:
+            respond(
+                parked, join_error_response(parked.api_version, ErrorCode.rebalance_in_progress, m.member_id)
+            )
+        parked_sync = old.take_sync(m)
+        if parked_sync is not None:
+            respond(
+                parked_sync, sync_error_response(parked_sync.api_version, ErrorCode.rebalance_in_progress)
+            )
+    return views
 
 
 def _not_found(message: str) -> HeartbeatError:
@@ -189,5 +224,6 @@ __all__ = [
     "ClassicMemberView",
     "classic_group_from",
     "from_classic_group",
+    "member_views",
     "validate_online_upgrade",
 ]

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.errors import ErrorCode
+from replay.coordinator import responses as R
+from replay.coordinator.codes import NONE, REBALANCE_IN_PROGRESS
 from replay.coordinator.consumer import classic_cycle, classic_members, migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
@@ -57,7 +59,6 @@ from replay.coordinator.types import RequestContext
 # ClassicGroupState of a group id that is a classic group: None = no classic group by that id.
 ClassicLookup = Callable[[str], str | None]
 _NONE = ErrorCode.none  # an enum attribute is looked up in Python on 3.11
-_REBALANCING = ErrorCode.rebalance_in_progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,19 +118,14 @@ class ConsumerGroupService:
 
     def handle_heartbeat(self, ctx: RequestContext, request: Any, _: Any) -> None:
         runtime = self._runtime()
-        classic = runtime.classic_groups
-
-        def classic_state(group_id: str) -> str | None:
-            group = classic.get(group_id)
-            return None if group is None else str(group.state.value)
-
-        answer = self.heartbeat(
+        classic = runtime.classic_groups.get(request.group_id)
+        answer = self._heartbeat(
             runtime.now_ms(),
             request,
             ctx.api_version,
             ctx.client_id,
             ctx.client_host,
-            classic_state,
+            None if classic is None else str(classic.state.value),
             runtime.drop_empty_classic_group,
         )
         runtime.respond(ctx, answer)
@@ -177,6 +173,20 @@ class ConsumerGroupService:
         """ConsumerGroupHeartbeat: `classic_state` tells whether the group id is a classic group
         (and its state); `drop_empty_classic_group` deletes an empty one being replaced."""
         state = classic_state(request.group_id)
+        return self._heartbeat(
+            now_ms, request, api_version, client_id, client_host, state, drop_empty_classic_group
+        )
+
+    def _heartbeat(
+        self,
+        now_ms: int,
+        request: Any,
+        api_version: int,
+        client_id: str,
+        client_host: str,
+        state: str | None,
+        drop_empty_classic_group: Callable[[str], None],
+    ) -> Any:
         if state is None:
             answer = steady_from_kio(self.coordinator, now_ms, request, client_id, client_host)
             if answer is not None:
@@ -223,36 +233,7 @@ class ConsumerGroupService:
         assert runtime is not None
         old = classic.groups[group_id]
         migration.validate_online_upgrade(coordinator, group_id, old.protocol_type, len(old.members))
-        views = [
-            migration.ClassicMemberView(
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.client_host,
-                m.rebalance_timeout_ms,
-                m.session_timeout_ms,
-                m.protocols,
-                m.assignment,
-            )
-            for m in old.members.values()
-        ]
-        for m in old.members.values():
-            parked = old.take_join(m)
-            if parked is not None:
-                runtime.respond(
-                    parked,
-                    classic_members.join_error_response(
-                        parked.api_version, ErrorCode.rebalance_in_progress, m.member_id
-                    ),
-                )
-            parked_sync = old.take_sync(m)
-            if parked_sync is not None:
-                runtime.respond(
-                    parked_sync,
-                    classic_members.sync_error_response(
-                        parked_sync.api_version, ErrorCode.rebalance_in_progress
-                    ),
-                )
+        views = migration.member_views(old, runtime.respond)
         group = migration.from_classic_group(
             coordinator, group_id, old.generation_id, old.protocol_name or "", views
         )
@@ -332,7 +313,6 @@ class ConsumerGroupService:
         """classicGroupJoin: JoinGroup on a consumer group id. An empty consumer group is deleted
         and the join goes to a classic group (maybeDeleteEmptyConsumerGroup, returns False);
         otherwise classicGroupJoinToConsumerGroup answers here (returns True)."""
-        runtime = self._runtime()
         coordinator = self.coordinator
         group = coordinator.groups.get(request.group_id)
         if group is None:
@@ -342,6 +322,7 @@ class ConsumerGroupService:
             return False
         if classic_cycle.rejoin(self, ctx, request, group):
             return True
+        runtime = self._runtime()
         api_version = ctx.api_version
         member_id = request.member_id
         try:
@@ -447,11 +428,11 @@ class ConsumerGroupService:
     def classic_sync(self, ctx: RequestContext, request: Any) -> bool:
         """classicGroupSyncToConsumerGroup: the member's current assignment, unless a new
         rebalance started (REBALANCE_IN_PROGRESS)."""
-        runtime = self._runtime()
         coordinator = self.coordinator
         group = coordinator.groups.get(request.group_id)
         if group is None or classic_cycle.sync(self, ctx, request, group):
             return group is not None
+        runtime = self._runtime()
         api_version = ctx.api_version
         try:
             member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
@@ -487,19 +468,20 @@ class ConsumerGroupService:
     def classic_heartbeat(self, ctx: RequestContext, request: Any) -> bool:
         """classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS while the member is behind
         the target epoch, must revoke, or may now collect released partitions."""
-        runtime = self._runtime()
         coordinator = self.coordinator
         group = coordinator.groups.get(request.group_id)
         if group is None:
             return False
+        runtime = self._runtime()
         _, generation_id, member_id, instance_id = request  # replay.coordinator.parse.Heartbeat
+        # The two fast paths exclude each other (behind: the member's epoch is under the target's).
+        if classic_cycle.behind(self, runtime.now_ms(), group, request):
+            runtime.respond(ctx, R.heartbeat(ctx.api_version, REBALANCE_IN_PROGRESS))
+            return True
         if steady_classic_heartbeat(
             coordinator, runtime.now_ms(), group, member_id, instance_id, generation_id
         ):
-            runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, _NONE))
-            return True
-        if classic_cycle.behind(self, runtime.now_ms(), group, request):
-            runtime.respond(ctx, classic_members.heartbeat_response(ctx.api_version, _REBALANCING))
+            runtime.respond(ctx, R.heartbeat(ctx.api_version, NONE))
             return True
         code = _NONE
         try:

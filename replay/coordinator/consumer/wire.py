@@ -18,6 +18,7 @@ from kio.static.primitive import i8, i32, i32Timedelta
 from proxy.wire.errors import ErrorCode
 from replay.coordinator.consumer.steady import steady
 from replay.coordinator.consumer.types import DescribedGroup, HeartbeatRequest, HeartbeatResponse
+from replay.coordinator.responses import slot_filler
 
 if TYPE_CHECKING:
     from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
@@ -121,22 +122,35 @@ def _topic_partitions(module: Any, partitions: Mapping[UUID, frozenset[int]]) ->
     )
 
 
-def heartbeat_response_to_kio(response: HeartbeatResponse, api_version: int) -> Any:
+@lru_cache(maxsize=8)
+def _heartbeat_response_filler(api_version: int) -> tuple[Any, Any]:
     schema, module = _heartbeat_response_schema(api_version)
+    return slot_filler(schema), module
+
+
+_ZERO = _td(0)
+
+
+def heartbeat_response_to_kio(response: HeartbeatResponse, api_version: int) -> Any:
+    """The kio answer, filled slot by slot (responses.slot_filler: most heartbeats of a rolling
+    upgrade move the member to a new epoch, so their answer is new)."""
+    fill, module = _heartbeat_response_filler(api_version)
     assignment = (
         None
         if response.assignment is None
         else module.Assignment(topic_partitions=_topic_partitions(module, response.assignment))
     )
     code = _ERRORS.get(response.error_code)  # (ErrorCode.none is falsy: no `or` here)
-    return schema(
-        throttle_time=_td(0),
-        error_code=ErrorCode(response.error_code) if code is None else code,
-        error_message=response.error_message,
-        member_id=response.member_id,
-        member_epoch=response.member_epoch,  # an i32 is an int at run time; i32() checks it, slowly
-        heartbeat_interval=_td(response.heartbeat_interval_ms),
-        assignment=assignment,
+    return fill(
+        {
+            "throttle_time": _ZERO,
+            "error_code": ErrorCode(response.error_code) if code is None else code,
+            "error_message": response.error_message,
+            "member_id": response.member_id,
+            "member_epoch": response.member_epoch,  # an i32 is an int at run time; i32() is slow
+            "heartbeat_interval": _td(response.heartbeat_interval_ms),
+            "assignment": assignment,
+        }
     )
 
 
