@@ -46,7 +46,7 @@ from harness.probe import NotAnswering, wait_answering
 
 DEFAULT_READY_TIMEOUT_MS = 90_000
 DEFAULT_STOP_TIMEOUT_MS = 20_000
-_PORT_ATTEMPTS = 3
+PORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -293,8 +293,14 @@ def _start_zookeeper(plan: LaunchPlan, detach: bool) -> subprocess.Popen[bytes]:
     )
 
 
-def _port_clash(plan: LaunchPlan) -> bool:
-    return "Address already in use" in _log_tail(plan.log_path, 200)
+def port_clash(plan: LaunchPlan) -> bool:
+    """Whether the node's log says it could not bind a planned port: another process took it
+    between our probe and Kafka's bind (the log of a node that failed to start is short; the
+    bind error comes early, before its shutdown's hundreds of lines)."""
+    try:
+        return "Address already in use" in plan.log_path.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def start_broker(
@@ -316,7 +322,7 @@ def start_broker(
     where the line has both coordinators, and raises ValueError where it has only one.
     `detach=True` leaves the broker running after this interpreter exits (the CLI's `start`).
     """
-    for attempt in range(_PORT_ATTEMPTS):
+    for attempt in range(PORT_ATTEMPTS):
         plan = plan_broker(
             kafka_version,
             new_coordinator,
@@ -348,9 +354,9 @@ def start_broker(
         try:
             wait_ready(plan, process, ready_timeout_ms)
         except BrokerError:
-            clash = _port_clash(plan)
-            broker.stop(remove_data=not clash or attempt == _PORT_ATTEMPTS - 1)
-            if clash and attempt < _PORT_ATTEMPTS - 1:
+            clash = port_clash(plan)
+            broker.stop(remove_data=not clash or attempt == PORT_ATTEMPTS - 1)
+            if clash and attempt < PORT_ATTEMPTS - 1:
                 if owns_work_dir:
                     shutil.rmtree(plan.work_dir, ignore_errors=True)
                 continue  # another process took a port between our probe and the bind: retry

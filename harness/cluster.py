@@ -21,16 +21,18 @@ from harness import paths
 from harness.broker import (
     DEFAULT_READY_TIMEOUT_MS,
     DEFAULT_STOP_TIMEOUT_MS,
+    PORT_ATTEMPTS,
     Broker,
     BrokerState,
     pid_alive,
+    port_clash,
     read_states,
     run_format,
     spawn,
     track,
     wait_ready,
 )
-from harness.launch import DEFAULT_HEAP_MB, BrokerError, SecureListener, cluster_id, plan_broker
+from harness.launch import DEFAULT_HEAP_MB, BrokerError, LaunchPlan, SecureListener, cluster_id, plan_broker
 from harness.lines import DEFAULT_KAFKA_VERSION, Mode
 from harness.maven import ProgressCallback
 from harness.owned import StopsOnExit
@@ -128,6 +130,58 @@ def start_cluster(
         raise ValueError("a cluster has at least one node")
     settings = {**CLUSTER_SETTINGS} if size >= 3 else {}
     settings |= extra_config or {}
+    for attempt in range(PORT_ATTEMPTS):
+        plans = _node_plans(
+            kafka_version, size, new_coordinator, settings, heap_mb, progress, secure_listeners, work_root
+        )
+        cluster = _start_nodes(plans, detach, ready_timeout_ms, retry_on_clash=attempt < PORT_ATTEMPTS - 1)
+        if cluster is not None:
+            return cluster
+    raise AssertionError("unreachable")
+
+
+def _start_nodes(
+    plans: list[LaunchPlan], detach: bool, ready_timeout_ms: int, *, retry_on_clash: bool
+) -> Cluster | None:
+    """Format, spawn and wait for every node; None when a node could not bind a planned port
+    (another process took it between the probe and the bind, as start_broker retries for one
+    broker) and `retry_on_clash`: everything started is stopped and removed, plan again."""
+    brokers: list[Broker] = []
+    try:
+        for plan in plans:
+            plan.write_files()
+            run_format(plan)
+        for plan in plans:
+            process = spawn(plan, detach)
+            broker = Broker(plan=plan, process=process, owns_work_dir=not detach)
+            if not detach:
+                track(broker)
+            brokers.append(broker)
+        for broker in brokers:
+            wait_ready(broker.plan, broker.process, ready_timeout_ms)
+    except BaseException as error:
+        clash = isinstance(error, BrokerError) and any(port_clash(plan) for plan in plans)
+        for broker in brokers:
+            broker.stop()
+        for plan in plans:
+            shutil.rmtree(plan.work_dir, ignore_errors=True)
+        if clash and retry_on_clash:
+            return None
+        raise
+    return Cluster(brokers)
+
+
+def _node_plans(
+    kafka_version: str,
+    size: int,
+    new_coordinator: bool | None,
+    settings: dict[str, str],
+    heap_mb: int,
+    progress: ProgressCallback | None,
+    secure_listeners: tuple[SecureListener, ...],
+    work_root: Path | None,
+) -> list[LaunchPlan]:
+    """Each node's plan: fresh ports, one cluster id, every node a voter of one quorum."""
     plans = [
         plan_broker(
             kafka_version,
@@ -144,7 +198,7 @@ def start_cluster(
         raise BrokerError(f"clusters are set up for KRaft lines (3.3+) only, not Kafka {kafka_version}")
     voters = ",".join(f"{index + 1}@127.0.0.1:{plan.controller_port}" for index, plan in enumerate(plans))
     shared_id = cluster_id()
-    plans = [
+    return [
         replace(
             plan,
             cluster_id=shared_id,
@@ -152,26 +206,6 @@ def start_cluster(
         )
         for index, plan in enumerate(plans)
     ]
-    brokers: list[Broker] = []
-    try:
-        for plan in plans:
-            plan.write_files()
-            run_format(plan)
-        for plan in plans:
-            process = spawn(plan, detach)
-            broker = Broker(plan=plan, process=process, owns_work_dir=not detach)
-            if not detach:
-                track(broker)
-            brokers.append(broker)
-        for broker in brokers:
-            wait_ready(broker.plan, broker.process, ready_timeout_ms)
-    except BaseException:
-        for broker in brokers:
-            broker.stop()
-        for plan in plans:
-            shutil.rmtree(plan.work_dir, ignore_errors=True)
-        raise
-    return Cluster(brokers)
 
 
 @dataclass(frozen=True)
