@@ -38,11 +38,10 @@ import yaml
 from kio.schema.errors import ErrorCode
 
 from proxy.yaml_reader import YamlReader
-from replay.consumer_member import ConsumerReaction, consumer_reaction_to
 from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
 from replay.coordinator.consumer.group import MigrationPolicy
 from replay.events import EventName, RebalanceEvent
-from replay.member import Reaction, reaction_to
+from replay.group_member import Reaction, reaction_to
 
 MAX_BOUND = 1_000_000
 ASSIGNOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -265,9 +264,9 @@ def is_refusal(event: RebalanceEvent) -> bool:
     """An error the member's client treats as fatal (it stops for good)."""
     if not event.error_code or event.event not in (EventName.REQUEST_FAILED, EventName.MEMBER_FENCED):
         return False
-    if event.protocol == GroupProtocol.CONSUMER:
-        return consumer_reaction_to(event.error_code) is ConsumerReaction.FATAL
-    return reaction_to(event.error_code) is Reaction.FATAL
+    reactions = reaction_to(event.error_code)
+    consumer = event.protocol == GroupProtocol.CONSUMER
+    return (reactions.consumer if consumer else reactions.classic) is Reaction.FATAL
 
 
 def refused_members(events: Iterable[RebalanceEvent]) -> dict[str, int]:
