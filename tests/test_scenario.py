@@ -60,6 +60,15 @@ def _case(body: str, field: str, message: str, line: int | None = None) -> tuple
     return body, line or GOOD_HEAD.count("\n") + body.count("\n"), field, message
 
 
+def _at(path: str, value: str, message: str) -> tuple[str, int, str, str]:
+    """An error case of one bad `value` at a dotted `path` (nested mappings, two spaces a level):
+    the error names the path on the value's line."""
+    *parents, key = path.split(".")
+    lines = [f"{'  ' * depth}{name}:" for depth, name in enumerate(parents)]
+    lines.append(f"{'  ' * len(parents)}{key}: {value}")
+    return _case("\n".join(lines) + "\n", path, message)
+
+
 def _member_rule(
     setting: str, field: str, message: str, membership: str | None = None
 ) -> tuple[str, int, str, str]:
@@ -108,41 +117,36 @@ DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 
 @pytest.mark.parametrize(
     ("body", "line", "field", "message"),
     [
-        _case("colour: red\n", "colour", "unknown key"),
-        _case("rolling:\n  start_ms: soon\n", "rolling.start_ms", "expected an integer"),
-        _case("rolling:\n  order: random\n", "rolling.order", "is not one of"),
+        _at("colour", "red", "unknown key"),
+        _at("rolling.start_ms", "soon", "expected an integer"),
+        _at("rolling.order", "random", "is not one of"),
         _member_rule("api_versions: {JoinGroup: 12}", "api_versions.JoinGroup", "has no version 12"),
         # the one reader names the key, as policies always did
         _member_rule("api_versions: {JoinGruop: 5}", "api_versions.JoinGruop", "unknown API 'JoinGruop'"),
         _case("members:\n  - membership: static\n", "members[0].match", "required key is missing"),
         _fault("{match: {all: true}, api: Heartbeat, kind: error}", "error_code", "required for kind: error"),
-        _case("expect:\n  rebalances: {min: 3, max: 1}\n", "expect.rebalances", "min 3 > max 1"),
-        _case(
-            "expect:\n  leader_skips_assignment: maybe\n", "expect.leader_skips_assignment", "true or false"
-        ),
+        _at("expect.rebalances", "{min: 3, max: 1}", "min 3 > max 1"),
+        _at("expect.leader_skips_assignment", "maybe", "true or false"),
         _instance_id("a", "dynamic member has no instance id", membership="dynamic"),
-        # a truncated flow mapping
-        _case("members:\n  - match: {client_id: 'svc-*'\n", "", "not valid YAML", line=5),
+        _case(
+            "members:\n  - match: {client_id: 'svc-*'\n", "", "not valid YAML", line=5
+        ),  # truncated flow mapping
         _case("expect:\n  rebalances: [1, 2\n", "", "not valid YAML", line=5),
         _case(f"members: {DEEP_FLOW}\n", "", "nested deeper than 32 levels"),
         _case(f"expect:\n{DEEP_BLOCK}", "", "nested deeper than 32 levels", line=34),  # where level 33 starts
         _instance_id("{colour}", "unknown placeholder {colour}", membership="static"),
         _instance_id("c-{client_id[0]}", "unknown placeholder {client_id[0]}"),
-        _case(
-            "rolling:\n  after: {membership: static, instance_id: '{ordinal.real}'}\n",
-            "rolling.after.instance_id",
-            "unknown placeholder",
-        ),
+        _at("rolling.after.instance_id", "'{ordinal.real}'", "unknown placeholder"),
         _instance_id("{ordinal:>999999999}", "no format spec"),
         _instance_id("{}", "placeholder"),
         _instance_id("a{", "template"),
-        _case("rolling:\n  interval_ms: 2147483648\n", "rolling.interval_ms", "must be in 0..1800000"),
-        _case("duration_ms: 99999999999999999999\n", "duration_ms", "must be in 1..3600000"),
+        _at("rolling.interval_ms", "2147483648", "must be in 0..1800000"),
+        _at("duration_ms", "99999999999999999999", "must be in 1..3600000"),
         _fault("{match: {all: true}, api: Heartbeat, kind: drop, count: 0}", "count", "1..10000"),
         _fault("{match: {ordinal: -1}, api: Heartbeat, kind: drop}", "match.ordinal", "0..1000000"),
         _case("expect:\n  errors: [70000]\n", "expect.errors[0]", "must be in -1..32767"),
-        _case("duration_ms: !!int zz\n", "duration_ms", "not a valid value"),
-        _case("duration_ms: !!python/name:os.system x\n", "duration_ms", "not a valid value"),
+        _at("duration_ms", "!!int zz", "not a valid value"),
+        _at("duration_ms", "!!python/name:os.system x", "not a valid value"),
     ],
     ids=lambda v: v if isinstance(v, int) else None,
 )
