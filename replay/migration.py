@@ -30,9 +30,11 @@ import fnmatch
 import itertools
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
+from typing import Any
 
 import yaml
 from kio.schema.errors import ErrorCode
@@ -121,9 +123,6 @@ class MigrationExpectations:
     refused: Refused | None = None
     rejoins_per_step: Bound | None = None
     partitions_moved_per_step: Bound | None = None
-
-
-EXPECT_KEYS = ("group_type", "refused", "rejoins_per_step", "partitions_moved_per_step")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,22 +225,14 @@ def _refused(reader: YamlReader, node: yaml.Node, path: str) -> Refused:
     return Refused(count=reader.integer(node, path, 0, MAX_BOUND))
 
 
-def read_expectations(reader: YamlReader, fields: dict[str, yaml.Node]) -> MigrationExpectations:
-    """The migration keys of `expect:` (the caller checked the key set)."""
-    return MigrationExpectations(
-        group_type=read_protocol(reader, fields["group_type"], "expect.group_type")
-        if "group_type" in fields
-        else None,
-        refused=_refused(reader, fields["refused"], "expect.refused") if "refused" in fields else None,
-        rejoins_per_step=read_bound(reader, fields["rejoins_per_step"], "expect.rejoins_per_step")
-        if "rejoins_per_step" in fields
-        else None,
-        partitions_moved_per_step=read_bound(
-            reader, fields["partitions_moved_per_step"], "expect.partitions_moved_per_step"
-        )
-        if "partitions_moved_per_step" in fields
-        else None,
-    )
+def expectation_readers(reader: YamlReader) -> dict[str, Callable[[yaml.Node, str], Any]]:
+    """How each migration key of `expect:` is read: MigrationExpectations' fields."""
+    return {
+        "group_type": partial(read_protocol, reader),
+        "refused": partial(_refused, reader),
+        "rejoins_per_step": partial(read_bound, reader),
+        "partitions_moved_per_step": partial(read_bound, reader),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,7 +348,6 @@ def _check_group_type(expected: GroupProtocol, events: Sequence[RebalanceEvent])
 
 
 __all__ = [
-    "EXPECT_KEYS",
     "Bound",
     "BrokerBuild",
     "BrokerRules",
@@ -366,11 +356,11 @@ __all__ = [
     "Refused",
     "StepStats",
     "check",
+    "expectation_readers",
     "is_refusal",
     "read_assignors",
     "read_bound",
     "read_broker",
-    "read_expectations",
     "read_protocol",
     "read_server_assignor",
     "read_user_data",
