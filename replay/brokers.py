@@ -55,7 +55,9 @@ def group_settings(recorded: Any | None) -> GroupSettingsView:
     recorded_values = {
         name: getattr(recorded, name.removeprefix("group_"), None) for name in _BROKER_PROPERTIES
     }
-    values = {name: int(value) for name, value in recorded_values.items() if value is not None}
+    values: dict[str, Any] = {
+        name: int(value) for name, value in recorded_values.items() if value is not None
+    }
     if len(values) == len(_BROKER_PROPERTIES):
         source = "capture header"
     elif values:
