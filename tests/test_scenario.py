@@ -54,41 +54,6 @@ def test_upgrade_scenario_plan_is_typed() -> None:
 GOOD_HEAD = "name: x\ndescription: y\n"
 
 
-def _case(body: str, field: str, message: str, line: int | None = None) -> tuple[str, int, str, str]:
-    """A scenario error case: `body` after GOOD_HEAD, the error at `line`, by default the body's
-    last line (the line a bad value stands on)."""
-    return body, line or GOOD_HEAD.count("\n") + body.count("\n"), field, message
-
-
-def _at(path: str, value: str, message: str) -> tuple[str, int, str, str]:
-    """An error case of one bad `value` at a dotted `path` (nested mappings, two spaces a level):
-    the error names the path on the value's line."""
-    *parents, key = path.split(".")
-    lines = [f"{'  ' * depth}{name}:" for depth, name in enumerate(parents)]
-    lines.append(f"{'  ' * len(parents)}{key}: {value}")
-    return _case("\n".join(lines) + "\n", path, message)
-
-
-def _member_rule(
-    setting: str, field: str, message: str, membership: str | None = None
-) -> tuple[str, int, str, str]:
-    """An error case of a member rule (after its `membership` when given) whose last line is
-    `setting`: the error names `members[0].<field>` on that line."""
-    lines = ["members:", "  - match: {all: true}"]
-    lines += [f"    membership: {membership}"] if membership else []
-    lines.append(f"    {setting}")
-    return _case("\n".join(lines) + "\n", f"members[0].{field}", message)
-
-
-def _instance_id(template: str, message: str, membership: str | None = None) -> tuple[str, int, str, str]:
-    return _member_rule(f"instance_id: '{template}'", "instance_id", message, membership)
-
-
-def _fault(fault: str, field: str, message: str) -> tuple[str, int, str, str]:
-    """An error case of a fault (a flow mapping): the error names `faults[0].<field>` on its line."""
-    return _case(f"faults:\n  - {fault}\n", f"faults[0].{field}", message)
-
-
 def test_missing_name_and_broken_yaml_are_errors(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match=r"^s.yaml:1: name: required key is missing"):
         parse_scenario("description: y\n", "s.yaml")
@@ -109,7 +74,6 @@ def test_scenarios_cli_list_show_and_unknown(capsys: pytest.CaptureFixture[str])
 
 # ---- issue 18 defect 4: any file gives a Scenario or a file:line:field error, never a traceback
 
-
 DEEP_FLOW = "[" * 5000 + "]" * 5000
 DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 0.5 MB
 
@@ -117,36 +81,93 @@ DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 
 @pytest.mark.parametrize(
     ("body", "line", "field", "message"),
     [
-        _at("colour", "red", "unknown key"),
-        _at("rolling.start_ms", "soon", "expected an integer"),
-        _at("rolling.order", "random", "is not one of"),
-        _member_rule("api_versions: {JoinGroup: 12}", "api_versions.JoinGroup", "has no version 12"),
-        # the one reader names the key, as policies always did
-        _member_rule("api_versions: {JoinGruop: 5}", "api_versions.JoinGruop", "unknown API 'JoinGruop'"),
-        _case("members:\n  - membership: static\n", "members[0].match", "required key is missing"),
-        _fault("{match: {all: true}, api: Heartbeat, kind: error}", "error_code", "required for kind: error"),
-        _at("expect.rebalances", "{min: 3, max: 1}", "min 3 > max 1"),
-        _at("expect.leader_skips_assignment", "maybe", "true or false"),
-        _instance_id("a", "dynamic member has no instance id", membership="dynamic"),
-        _case(
-            "members:\n  - match: {client_id: 'svc-*'\n", "", "not valid YAML", line=5
-        ),  # truncated flow mapping
-        _case("expect:\n  rebalances: [1, 2\n", "", "not valid YAML", line=5),
-        _case(f"members: {DEEP_FLOW}\n", "", "nested deeper than 32 levels"),
-        _case(f"expect:\n{DEEP_BLOCK}", "", "nested deeper than 32 levels", line=34),  # where level 33 starts
-        _instance_id("{colour}", "unknown placeholder {colour}", membership="static"),
-        _instance_id("c-{client_id[0]}", "unknown placeholder {client_id[0]}"),
-        _at("rolling.after.instance_id", "'{ordinal.real}'", "unknown placeholder"),
-        _instance_id("{ordinal:>999999999}", "no format spec"),
-        _instance_id("{}", "placeholder"),
-        _instance_id("a{", "template"),
-        _at("rolling.interval_ms", "2147483648", "must be in 0..1800000"),
-        _at("duration_ms", "99999999999999999999", "must be in 1..3600000"),
-        _fault("{match: {all: true}, api: Heartbeat, kind: drop, count: 0}", "count", "1..10000"),
-        _fault("{match: {ordinal: -1}, api: Heartbeat, kind: drop}", "match.ordinal", "0..1000000"),
-        _case("expect:\n  errors: [70000]\n", "expect.errors[0]", "must be in -1..32767"),
-        _at("duration_ms", "!!int zz", "not a valid value"),
-        _at("duration_ms", "!!python/name:os.system x", "not a valid value"),
+        ("colour: red\n", 3, "colour", "unknown key"),
+        ("rolling:\n  start_ms: soon\n", 4, "rolling.start_ms", "expected an integer"),
+        ("rolling:\n  order: random\n", 4, "rolling.order", "is not one of"),
+        (
+            "members:\n  - match: {ordinal: 0}\n    api_versions: {JoinGroup: 12}\n",
+            5,
+            "members[0].api_versions.JoinGroup",
+            "has no version 12",
+        ),
+        (
+            "members:\n  - match: {ordinal: 0}\n    api_versions: {JoinGruop: 5}\n",
+            5,
+            "members[0].api_versions.JoinGruop",  # the one reader names the key, as policies always did
+            "unknown API 'JoinGruop'",
+        ),
+        ("members:\n  - membership: static\n", 4, "members[0].match", "required key is missing"),
+        (
+            "faults:\n  - match: {all: true}\n    api: Heartbeat\n    kind: error\n",
+            4,
+            "faults[0].error_code",
+            "required for kind: error",
+        ),
+        ("expect:\n  rebalances: {min: 3, max: 1}\n", 4, "expect.rebalances", "min 3 > max 1"),
+        ("expect:\n  leader_skips_assignment: maybe\n", 4, "expect.leader_skips_assignment", "true or false"),
+        (
+            "members:\n  - match: {ordinal: 0}\n    membership: dynamic\n    instance_id: a\n",
+            6,
+            "members[0].instance_id",
+            "dynamic member has no instance id",
+        ),
+        ("members:\n  - match: {client_id: 'svc-*'\n", 5, "", "not valid YAML"),  # truncated flow mapping
+        ("expect:\n  rebalances: [1, 2\n", 5, "", "not valid YAML"),
+        (f"members: {DEEP_FLOW}\n", 3, "", "nested deeper than 32 levels"),
+        (f"expect:\n{DEEP_BLOCK}", 34, "", "nested deeper than 32 levels"),  # where level 33 starts
+        (
+            "members:\n  - match: {all: true}\n    membership: static\n    instance_id: '{colour}'\n",
+            6,
+            "members[0].instance_id",
+            "unknown placeholder {colour}",
+        ),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: 'c-{client_id[0]}'\n",
+            5,
+            "members[0].instance_id",
+            "unknown placeholder {client_id[0]}",
+        ),
+        (
+            "rolling:\n  after: {membership: static, instance_id: '{ordinal.real}'}\n",
+            4,
+            "rolling.after.instance_id",
+            "unknown placeholder",
+        ),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: '{ordinal:>999999999}'\n",
+            5,
+            "members[0].instance_id",
+            "no format spec",
+        ),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: '{}'\n",
+            5,
+            "members[0].instance_id",
+            "placeholder",
+        ),
+        (
+            "members:\n  - match: {all: true}\n    instance_id: 'a{'\n",
+            5,
+            "members[0].instance_id",
+            "template",
+        ),
+        ("rolling:\n  interval_ms: 2147483648\n", 4, "rolling.interval_ms", "must be in 0..1800000"),
+        ("duration_ms: 99999999999999999999\n", 3, "duration_ms", "must be in 1..3600000"),
+        (
+            "faults:\n  - {match: {all: true}, api: Heartbeat, kind: drop, count: 0}\n",
+            4,
+            "faults[0].count",
+            "1..10000",
+        ),
+        (
+            "faults:\n  - {match: {ordinal: -1}, api: Heartbeat, kind: drop}\n",
+            4,
+            "faults[0].match.ordinal",
+            "0..1000000",
+        ),
+        ("expect:\n  errors: [70000]\n", 4, "expect.errors[0]", "must be in -1..32767"),
+        ("duration_ms: !!int zz\n", 3, "duration_ms", "not a valid value"),
+        ("duration_ms: !!python/name:os.system x\n", 3, "duration_ms", "not a valid value"),
     ],
     ids=lambda v: v if isinstance(v, int) else None,
 )
