@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,13 +123,9 @@ def _produce(bootstrap: str, topic: str, rate: float, stop: threading.Event, sen
     producer.flush(10)
 
 
-@dataclass
-class FuzzCounts:
-    sent: int = 0
-    answered: int = 0
-    closed: int = 0
-    silent: int = 0
-    connect_failures: int = 0
+FuzzCounts = Counter[str]
+"""One fuzz thread's counts: "sent", each outcome of `answer_of` and "connect_failures"."""
+OUTCOMES = ("answered", "closed", "silent")
 
 
 def _mutate(rng: random.Random, original: bytes) -> bytes:
@@ -171,7 +168,7 @@ def answer_of(sock: socket.socket, decoder: FrameDecoder, wire: bytes) -> str:
 
 def _exchange(sock: socket.socket, decoder: FrameDecoder, wire: bytes, counts: FuzzCounts) -> str:
     """Send one mutated frame, counted: its outcome as `answer_of` says."""
-    counts.sent += 1
+    counts["sent"] += 1
     return answer_of(sock, decoder, wire)
 
 
@@ -200,13 +197,13 @@ def _fuzz(
             try:
                 sock = socket.create_connection(address, timeout=5)
             except OSError:
-                counts.connect_failures += 1
+                counts["connect_failures"] += 1
                 time.sleep(1)
                 continue
             sock.settimeout(1.0)
             decoder = FrameDecoder()
         outcome = _exchange(sock, decoder, frame(_mutate(rng, rng.choice(requests))), counts)
-        setattr(counts, outcome, getattr(counts, outcome) + 1)
+        counts[outcome] += 1
         if outcome != "answered":
             sock.close()
             sock = None
@@ -332,14 +329,14 @@ class Soak:
                 canary = sum(len(c.events) for c in self.canaries)
                 print(
                     f"{self.samples[-1][0] / 60:.1f} min: RSS {self.samples[-1][1]:.1f} MB, "
-                    f"fuzz {sum(c.sent for c in self.fuzz)}, canary callbacks {canary}, "
+                    f"fuzz {sum(c['sent'] for c in self.fuzz)}, canary callbacks {canary}, "
                     f"load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
         if proxy.poll() is not None:
             print(f"proxy exited with {proxy.returncode}", flush=True)
         self.stopped = time.monotonic()
-        self.fuzz_sent = sum(c.sent for c in self.fuzz)
+        self.fuzz_sent = sum(c["sent"] for c in self.fuzz)
         self.stop.set()
         for thread in self.threads:
             thread.join(timeout=60)
@@ -396,7 +393,7 @@ def _rows(run: Soak, summary: str, proxy_log: Path, capture: Path) -> list[tuple
         ("fuzz frames sent (rate)", f"{run.fuzz_sent} ({run.fuzz_sent / soak_seconds:.0f}/s)"),
         (
             "fuzz outcomes answered / closed / silent",
-            " / ".join(str(sum(getattr(c, k) for c in fuzz)) for k in ("answered", "closed", "silent")),
+            " / ".join(str(sum(c[k] for c in fuzz)) for k in OUTCOMES),
         ),
         ("proxy: connections closed on bad input", closed_on_error.group(1) if closed_on_error else "?"),
         ("proxy log ERROR lines / WARNING lines", f"{errors} / {warnings}"),
@@ -421,7 +418,7 @@ def main() -> int:
         args,
         [Member(f"m{i}") for i in range(args.members)],
         [Member(f"c{i}") for i in range(args.canary)],
-        [FuzzCounts() for _ in range(args.fuzz_threads)],
+        [Counter() for _ in range(args.fuzz_threads)],
     )
     try:
         _create_topic(broker.bootstrap, "soak", args.partitions)

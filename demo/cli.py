@@ -258,7 +258,7 @@ def _replay(
     if capture.damage:
         steps.note(f"capture damaged ({capture.damage}); replaying what was read")
     plan = build_plan(capture, "demo")
-    delay_ms = group_settings(plan.group_settings).initial_rebalance_delay_ms
+    delay_ms = group_settings(plan.group_settings).config.group_initial_rebalance_delay_ms
     if not args.no_live and args.speed > 1 and delay_ms > 0:  # a --bootstrap broker's settings
         steps.note(speed_warning(args.speed, delay_ms))
     results: list[tuple[str, Any]] = []

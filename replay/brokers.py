@@ -17,71 +17,56 @@ from typing import Any, Final
 from proxy.upstream import broker_version_label  # one table, shared with the recording proxy
 from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 
-# Kafka's GroupCoordinatorConfig defaults (the reference coordinator's CoordinatorConfig defaults).
-_KAFKA_DEFAULTS: Final = CoordinatorConfig()
+# The CoordinatorConfig fields that are Kafka's GroupCoordinatorConfig broker properties: the
+# property is the name with dots (group_max_size -> group.max.size), the capture header's
+# GroupSettings field the name without `group_`.
+_BROKER_PROPERTIES: Final = (
+    "group_initial_rebalance_delay_ms",
+    "group_min_session_timeout_ms",
+    "group_max_session_timeout_ms",
+    "group_max_size",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class GroupSettingsView:
-    """The group settings a run uses, each with where it came from ("capture" or "Kafka default")."""
+    """The group settings a run uses: the reference coordinator's `config` (Kafka's defaults
+    where the capture says nothing) and where they came from."""
 
-    initial_rebalance_delay_ms: int
-    min_session_timeout_ms: int
-    max_session_timeout_ms: int
-    max_size: int
-    new_coordinator: bool | None
+    config: CoordinatorConfig
     source: str  # "capture header" | "Kafka defaults" | "capture header + Kafka defaults"
 
     def describe(self) -> str:
+        c = self.config
         return (
-            f"initial delay {self.initial_rebalance_delay_ms} ms, session "
-            f"{self.min_session_timeout_ms}..{self.max_session_timeout_ms} ms ({self.source})"
-        )
-
-    def coordinator_config(self) -> CoordinatorConfig:
-        behaviour = KafkaBehaviour.NEW_COORDINATOR if self.new_coordinator else KafkaBehaviour.SCALA_3_9
-        return CoordinatorConfig(
-            group_min_session_timeout_ms=self.min_session_timeout_ms,
-            group_max_session_timeout_ms=self.max_session_timeout_ms,
-            group_initial_rebalance_delay_ms=self.initial_rebalance_delay_ms,
-            group_max_size=self.max_size,
-            kafka_behaviour=behaviour,
+            f"initial delay {c.group_initial_rebalance_delay_ms} ms, session "
+            f"{c.group_min_session_timeout_ms}..{c.group_max_session_timeout_ms} ms ({self.source})"
         )
 
     def broker_config(self) -> dict[str, str]:
         """server.properties lines for a broker `replay` starts (every one set, so the harness's
         own quick-test settings never leak into a product run)."""
-        return {
-            "group.initial.rebalance.delay.ms": str(self.initial_rebalance_delay_ms),
-            "group.min.session.timeout.ms": str(self.min_session_timeout_ms),
-            "group.max.session.timeout.ms": str(self.max_session_timeout_ms),
-            "group.max.size": str(self.max_size),
-        }
+        return {name.replace("_", "."): str(getattr(self.config, name)) for name in _BROKER_PROPERTIES}
 
 
 def group_settings(recorded: Any | None) -> GroupSettingsView:
     """The capture header's settings (a `proxy.capture.reader.GroupSettings` or None), completed
-    with Kafka's defaults."""
-    fields = (
-        ("initial_rebalance_delay_ms", _KAFKA_DEFAULTS.group_initial_rebalance_delay_ms),
-        ("min_session_timeout_ms", _KAFKA_DEFAULTS.group_min_session_timeout_ms),
-        ("max_session_timeout_ms", _KAFKA_DEFAULTS.group_max_session_timeout_ms),
-        ("max_size", _KAFKA_DEFAULTS.group_max_size),
-    )
-    values: dict[str, int] = {}
-    from_capture = 0
-    for name, default in fields:
-        value = getattr(recorded, name, None) if recorded is not None else None
-        values[name] = default if value is None else int(value)
-        from_capture += value is not None
-    if from_capture == len(fields):
+    with Kafka's defaults (CoordinatorConfig's)."""
+    recorded_values = {
+        name: getattr(recorded, name.removeprefix("group_"), None) for name in _BROKER_PROPERTIES
+    }
+    values: dict[str, Any] = {
+        name: int(value) for name, value in recorded_values.items() if value is not None
+    }
+    if len(values) == len(_BROKER_PROPERTIES):
         source = "capture header"
-    elif from_capture:
+    elif values:
         source = "capture header + Kafka defaults"
     else:
         source = "Kafka defaults"
-    new_coordinator = getattr(recorded, "new_coordinator", None) if recorded is not None else None
-    return GroupSettingsView(new_coordinator=new_coordinator, source=source, **values)
+    new_coordinator = getattr(recorded, "new_coordinator", None)
+    behaviour = KafkaBehaviour.NEW_COORDINATOR if new_coordinator else KafkaBehaviour.SCALA_3_9
+    return GroupSettingsView(CoordinatorConfig(**values, kafka_behaviour=behaviour), source)
 
 
 def run_name_for(version: str) -> str:

@@ -290,7 +290,9 @@ def replay_main(argv: list[str]) -> int:
         plans.append(plan)
 
     if target != "reference" and args.speed > 1:
-        delay_ms = max(group_settings(plan.group_settings).initial_rebalance_delay_ms for plan in plans)
+        delay_ms = max(
+            group_settings(plan.group_settings).config.group_initial_rebalance_delay_ms for plan in plans
+        )
         if delay_ms > 0:
             err.print(f"[yellow]{speed_warning(args.speed, delay_ms)}[/]")
 

@@ -22,7 +22,7 @@ The spec is Kafka 4.3's Java consumer (clients/.../consumer/internals):
   partitions: none); later heartbeats send only what changed (the owned partitions after a
   reconciliation), and after a failed heartbeat (`resetHeartbeatState`) everything again;
 - `AbstractHeartbeatRequestManager.onErrorResponse` and `ConsumerHeartbeatRequestManager.
-  handleSpecificError` for the error reactions (`CONSUMER_ERROR_REACTIONS`), and
+  handleSpecificError` for the error reactions (`replay.group_member.ERROR_REACTIONS`), and
   `HeartbeatRequestState` for the timing: the next heartbeat one heartbeat interval (from the
   coordinator's answer) after the last, at once after a failure that asks for a rejoin,
   retry.backoff.ms after a retriable one; one heartbeat in flight at a time.
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from enum import Enum, StrEnum
+from enum import StrEnum
 from typing import Any, Final
 
 from proxy.wire import ApiKey
@@ -46,11 +46,12 @@ from replay.group_member import (
     Commands,
     Disconnect,
     MemberState,
+    Reaction,
     Send,
     Wake,
     WakeAt,
+    reaction_to,
 )
-from replay.group_member import error_code as _code
 
 CONSUMER_HEARTBEAT: Final = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 NEWEST_CONSUMER_HEARTBEAT: Final = 1  # KIP-1082 (Kafka 4.0+): the client generates its member id
@@ -88,35 +89,6 @@ LIFECYCLE: Final[dict[ConsumerState, MemberState]] = {
 _RUNNING: Final = frozenset(
     s for s, life in LIFECYCLE.items() if life not in (MemberState.UNJOINED, MemberState.FATAL)
 )
-
-
-class ConsumerReaction(Enum):
-    REJOIN = "partitions lost; rejoin at once with epoch 0, same member id (transitionToFenced)"
-    RETRY = "retry the heartbeat after retry.backoff.ms (retriable)"
-    RETRY_NOW = "find the coordinator again and retry without backoff"
-    FATAL = "stop for good: handleFatalFailure, poll() throws"
-
-
-# AbstractHeartbeatRequestManager.onErrorResponse (Kafka 4.3): NOT_COORDINATOR and
-# COORDINATOR_NOT_AVAILABLE reset the backoff (retry once the coordinator is found again);
-# COORDINATOR_LOAD_IN_PROGRESS backs off; FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID call
-# transitionToFenced and skip the backoff; GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST,
-# GROUP_MAX_SIZE_REACHED, UNSUPPORTED_ASSIGNOR and INVALID_REGULAR_EXPRESSION are fatal;
-# ConsumerHeartbeatRequestManager.handleSpecificError makes UNRELEASED_INSTANCE_ID and
-# FENCED_INSTANCE_ID fatal; every other error is "unexpected" and fatal too (the `default` branch):
-# GROUP_ID_NOT_FOUND (a refused online upgrade), INCONSISTENT_GROUP_PROTOCOL, ...
-CONSUMER_ERROR_REACTIONS: Final[dict[int, ConsumerReaction]] = {
-    _code("not_coordinator"): ConsumerReaction.RETRY_NOW,
-    _code("coordinator_not_available"): ConsumerReaction.RETRY_NOW,
-    _code("coordinator_load_in_progress"): ConsumerReaction.RETRY,
-    _code("fenced_member_epoch"): ConsumerReaction.REJOIN,
-    _code("unknown_member_id"): ConsumerReaction.REJOIN,
-}
-
-
-def consumer_reaction_to(error_code: int) -> ConsumerReaction:
-    """What the Java consumer (group.protocol=consumer) does on this heartbeat error."""
-    return CONSUMER_ERROR_REACTIONS.get(error_code, ConsumerReaction.FATAL)
 
 
 def _partitions(assignment: Any) -> dict[uuid.UUID, frozenset[int]]:
@@ -279,16 +251,16 @@ class ConsumerMember:
 
     def _on_error(self, now_ms: int, code: int) -> Commands:
         self._full = True  # resetHeartbeatState
-        match consumer_reaction_to(code):
-            case ConsumerReaction.REJOIN:
+        match reaction_to(code).consumer:
+            case Reaction.REJOIN:
                 # transitionToFenced: onPartitionsLost, then JOINING with epoch 0 (no backoff)
                 self.consumer_state = ConsumerState.FENCED
                 self.owned = {}
                 self.member_epoch = JOIN_EPOCH
                 return (self._heartbeat(),)
-            case ConsumerReaction.RETRY_NOW:
+            case Reaction.RETRY_NOW:
                 return (self._wake_at(now_ms),)
-            case ConsumerReaction.RETRY:
+            case Reaction.RETRY_AFTER_BACKOFF:
                 return (self._wake_at(now_ms + RETRY_BACKOFF_MS),)
             case _:
                 self.error_code = code
@@ -353,14 +325,11 @@ def is_leave(send: Send) -> bool:
 
 
 __all__ = [
-    "CONSUMER_ERROR_REACTIONS",
     "CONSUMER_HEARTBEAT",
     "LEAVE_EPOCH",
     "LEAVE_STATIC_EPOCH",
     "LIFECYCLE",
     "ConsumerMember",
-    "ConsumerReaction",
     "ConsumerState",
-    "consumer_reaction_to",
     "is_leave",
 ]

@@ -95,43 +95,49 @@ class MemberSpec:
 
 
 @dataclass(frozen=True)
-class Join:
-    """Members (re)join in this order, then every successful one sends SyncGroup."""
+class MembersStep:
+    """A step the named members take, in this order."""
 
     members: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class Heartbeat:
-    """Observed heartbeats; `generation_offset` makes them stale (-1) or from the future (+1)."""
-
-    members: tuple[str, ...]
-    generation_offset: int = 0
-
-
-@dataclass(frozen=True)
-class ForgeMemberId:
-    """The member will rejoin with a member id the coordinator never issued."""
+class MemberStep:
+    """A step about one member."""
 
     member: str
 
 
 @dataclass(frozen=True)
-class Commit:
+class Join(MembersStep):
+    """Members (re)join in this order, then every successful one sends SyncGroup."""
+
+
+@dataclass(frozen=True)
+class Heartbeat(MembersStep):
+    """Observed heartbeats; `generation_offset` makes them stale (-1) or from the future (+1)."""
+
+    generation_offset: int = 0
+
+
+@dataclass(frozen=True)
+class ForgeMemberId(MemberStep):
+    """The member will rejoin with a member id the coordinator never issued."""
+
+
+@dataclass(frozen=True)
+class Commit(MembersStep):
     """Members commit offset 0 of partition 0 with their member id and generation.
     `api_version` overrides the member's OffsetCommit version; `missing_group` sends it to a
     group that does not exist."""
 
-    members: tuple[str, ...]
     api_version: int | None = None
     missing_group: bool = False
 
 
 @dataclass(frozen=True)
-class Leave:
+class Leave(MemberStep):
     """A member leaves with its own member id (and instance id from LeaveGroup v3)."""
-
-    member: str
 
 
 @dataclass(frozen=True)
@@ -143,19 +149,16 @@ class AdminLeave:
 
 
 @dataclass(frozen=True)
-class Bounce:
+class Bounce(MemberStep):
     """The member's process restarts: new connection, member id forgotten. `as_spec` replaces
     its configuration (e.g. a static member restarting as a dynamic one)."""
 
-    member: str
     as_spec: MemberSpec | None = None
 
 
 @dataclass(frozen=True)
-class Pause:
+class Pause(MemberStep):
     """Stop background heartbeats of a member (a hung or killed process)."""
-
-    member: str
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ the client settings they share (retry.backoff.ms, request.timeout.ms) from here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any, Final, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -39,8 +39,71 @@ class MemberState(StrEnum):
 
 
 def error_code(name: str) -> int:
-    """Kafka's error code by its lower-case name (kio's `ErrorCode`), for the reaction tables."""
+    """Kafka's error code by its lower-case name (kio's `ErrorCode`), for the reaction table."""
     return int(ErrorCode[name])
+
+
+# ---------------------------------------------------------------------------------------------
+# Error reactions of both protocols' clients (written once)
+
+
+class Reaction(Enum):
+    ADOPT_MEMBER_ID = "rejoin at once with the member id the coordinator gave (KIP-394)"
+    RESET_MEMBER_ID = "forget member id and generation, rejoin at once"
+    REJOIN = "rejoin at once, keeping the member id (consumer: epoch 0, partitions lost)"
+    RETRY_AFTER_BACKOFF = "retry after retry.backoff.ms (classic: the join; consumer: the heartbeat)"
+    RETRY_NOW = "find the coordinator again and retry without backoff"
+    FATAL = "stop for good: the Java consumer raises it from poll()"
+
+
+class Reactions(NamedTuple):
+    """What the Java consumer does on one error, per group.protocol."""
+
+    classic: Reaction  # ConsumerCoordinator / AbstractCoordinator
+    consumer: Reaction  # AbstractHeartbeatRequestManager (KIP-848)
+
+
+_ADOPT, _RESET, _REJOIN, _BACKOFF, _NOW, _FATAL = Reaction
+
+# classic, joinGroupIfNeeded: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS and
+# MEMBER_ID_REQUIRED `continue` (rejoin without backoff); anything else retriable sleeps
+# retry.backoff.ms; non-retriable errors are thrown. UNKNOWN_MEMBER_ID resets the member id
+# (resetStateOnResponseError(..., shouldResetMemberId=true)); ILLEGAL_GENERATION keeps it
+# ("the member ID might still be valid"). FENCED_INSTANCE_ID is fatal on every API (the heartbeat
+# thread stores it and poll() throws FencedInstanceIdException). JoinGroupResponseHandler raises
+# INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, INVALID_GROUP_ID, GROUP_AUTHORIZATION_FAILED
+# and GROUP_MAX_SIZE_REACHED to the application.
+# consumer, AbstractHeartbeatRequestManager.onErrorResponse (Kafka 4.3): NOT_COORDINATOR and
+# COORDINATOR_NOT_AVAILABLE reset the backoff (retry once the coordinator is found again);
+# COORDINATOR_LOAD_IN_PROGRESS backs off; FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID call
+# transitionToFenced and skip the backoff; GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST,
+# GROUP_MAX_SIZE_REACHED, UNSUPPORTED_ASSIGNOR and INVALID_REGULAR_EXPRESSION are fatal;
+# ConsumerHeartbeatRequestManager.handleSpecificError makes UNRELEASED_INSTANCE_ID and
+# FENCED_INSTANCE_ID fatal; every other error is "unexpected" and fatal too (the `default` branch):
+# GROUP_ID_NOT_FOUND (a refused online upgrade), INCONSISTENT_GROUP_PROTOCOL, ...
+ERROR_REACTIONS: Final[dict[int, Reactions]] = {
+    error_code("member_id_required"): Reactions(_ADOPT, _FATAL),
+    error_code("unknown_member_id"): Reactions(_RESET, _REJOIN),
+    error_code("illegal_generation"): Reactions(_REJOIN, _FATAL),
+    error_code("rebalance_in_progress"): Reactions(_REJOIN, _FATAL),
+    error_code("fenced_member_epoch"): Reactions(_BACKOFF, _REJOIN),
+    error_code("not_coordinator"): Reactions(_BACKOFF, _NOW),
+    error_code("coordinator_not_available"): Reactions(_BACKOFF, _NOW),
+    error_code("coordinator_load_in_progress"): Reactions(_BACKOFF, _BACKOFF),
+    error_code("fenced_instance_id"): Reactions(_FATAL, _FATAL),
+    error_code("inconsistent_group_protocol"): Reactions(_FATAL, _FATAL),
+    error_code("invalid_session_timeout"): Reactions(_FATAL, _FATAL),
+    error_code("invalid_group_id"): Reactions(_FATAL, _FATAL),
+    error_code("group_authorization_failed"): Reactions(_FATAL, _FATAL),
+    error_code("group_max_size_reached"): Reactions(_FATAL, _FATAL),
+}
+OTHER_ERRORS: Final = Reactions(_BACKOFF, _FATAL)
+"""Any error the table does not list: classic retries it after the backoff, consumer stops."""
+
+
+def reaction_to(error_code: int) -> Reactions:
+    """What the Java consumer does on this error, per protocol."""
+    return ERROR_REACTIONS.get(error_code, OTHER_ERRORS)
 
 
 # ---------------------------------------------------------------------------------------------

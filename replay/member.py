@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Final
 
 from proxy.wire import ApiKey, CodecError, request_schema
@@ -40,6 +39,7 @@ from proxy.wire.consumer_protocol import (
 from proxy.wire.convert import convert
 from replay.assignors import STICKY_PROTOCOLS, assign, subscribed_topics
 from replay.group_member import (
+    ERROR_REACTIONS,
     REQUEST_TIMEOUT_MS,
     RETRY_BACKOFF_MS,
     Command,
@@ -47,12 +47,13 @@ from replay.group_member import (
     Disconnect,
     GroupMember,
     MemberState,
+    Reaction,
     Send,
     Wake,
     WakeAt,
     from_values,
+    reaction_to,
 )
-from replay.group_member import error_code as _code
 from replay.sticky import cooperative_user_data, sticky_user_data
 
 JOIN: Final = int(ApiKey.JOIN_GROUP)
@@ -118,45 +119,6 @@ VALID_PREVIOUS_STATES: Final[dict[MemberState, frozenset[MemberState]]] = {
 
 class IllegalMemberTransition(AssertionError):
     """A transition the table forbids: a bug in this module, never a coordinator's answer."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Error reactions (written once)
-
-
-class Reaction(Enum):
-    ADOPT_MEMBER_ID = "rejoin at once with the member id the coordinator gave (KIP-394)"
-    RESET_MEMBER_ID = "forget member id and generation, rejoin at once"
-    REJOIN = "rejoin at once, keeping the member id"
-    REJOIN_AFTER_BACKOFF = "rejoin after retry.backoff.ms (coordinator moved or loading)"
-    FATAL = "stop for good: the Java consumer raises it from poll()"
-
-
-# joinGroupIfNeeded: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS and
-# MEMBER_ID_REQUIRED `continue` (rejoin without backoff); anything else retriable sleeps
-# retry.backoff.ms; non-retriable errors are thrown. UNKNOWN_MEMBER_ID resets the member id
-# (resetStateOnResponseError(..., shouldResetMemberId=true)); ILLEGAL_GENERATION keeps it
-# ("the member ID might still be valid"). FENCED_INSTANCE_ID is fatal on every API (the heartbeat
-# thread stores it and poll() throws FencedInstanceIdException). JoinGroupResponseHandler raises
-# INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, INVALID_GROUP_ID, GROUP_AUTHORIZATION_FAILED
-# and GROUP_MAX_SIZE_REACHED to the application.
-ERROR_REACTIONS: Final[dict[int, Reaction]] = {
-    _code("member_id_required"): Reaction.ADOPT_MEMBER_ID,
-    _code("unknown_member_id"): Reaction.RESET_MEMBER_ID,
-    _code("illegal_generation"): Reaction.REJOIN,
-    _code("rebalance_in_progress"): Reaction.REJOIN,
-    _code("fenced_instance_id"): Reaction.FATAL,
-    _code("inconsistent_group_protocol"): Reaction.FATAL,
-    _code("invalid_session_timeout"): Reaction.FATAL,
-    _code("invalid_group_id"): Reaction.FATAL,
-    _code("group_authorization_failed"): Reaction.FATAL,
-    _code("group_max_size_reached"): Reaction.FATAL,
-}
-
-
-def reaction_to(error_code: int) -> Reaction:
-    """What the Java consumer does on this error (default: retry after retry.backoff.ms)."""
-    return ERROR_REACTIONS.get(error_code, Reaction.REJOIN_AFTER_BACKOFF)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +291,7 @@ class ClassicMember:
 
     def _on_error(self, now_ms: int, sent: Send, response: Any, code: int) -> Commands:
         """joinGroupIfNeeded and the response handlers' reaction to `code` (ERROR_REACTIONS)."""
-        reaction = reaction_to(code)
+        reaction = reaction_to(code).classic
         if reaction is Reaction.FATAL:
             self.error_code = code
             self._to(MemberState.FATAL)

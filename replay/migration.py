@@ -30,19 +30,20 @@ import fnmatch
 import itertools
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
+from typing import Any
 
 import yaml
 from kio.schema.errors import ErrorCode
 
 from proxy.yaml_reader import YamlReader
-from replay.consumer_member import ConsumerReaction, consumer_reaction_to
 from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
 from replay.coordinator.consumer.group import MigrationPolicy
 from replay.events import EventName, RebalanceEvent
-from replay.member import Reaction, reaction_to
+from replay.group_member import Reaction, reaction_to
 
 MAX_BOUND = 1_000_000
 ASSIGNOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -122,9 +123,6 @@ class MigrationExpectations:
     refused: Refused | None = None
     rejoins_per_step: Bound | None = None
     partitions_moved_per_step: Bound | None = None
-
-
-EXPECT_KEYS = ("group_type", "refused", "rejoins_per_step", "partitions_moved_per_step")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,22 +225,14 @@ def _refused(reader: YamlReader, node: yaml.Node, path: str) -> Refused:
     return Refused(count=reader.integer(node, path, 0, MAX_BOUND))
 
 
-def read_expectations(reader: YamlReader, fields: dict[str, yaml.Node]) -> MigrationExpectations:
-    """The migration keys of `expect:` (the caller checked the key set)."""
-    return MigrationExpectations(
-        group_type=read_protocol(reader, fields["group_type"], "expect.group_type")
-        if "group_type" in fields
-        else None,
-        refused=_refused(reader, fields["refused"], "expect.refused") if "refused" in fields else None,
-        rejoins_per_step=read_bound(reader, fields["rejoins_per_step"], "expect.rejoins_per_step")
-        if "rejoins_per_step" in fields
-        else None,
-        partitions_moved_per_step=read_bound(
-            reader, fields["partitions_moved_per_step"], "expect.partitions_moved_per_step"
-        )
-        if "partitions_moved_per_step" in fields
-        else None,
-    )
+def expectation_readers(reader: YamlReader) -> dict[str, Callable[[yaml.Node, str], Any]]:
+    """How each migration key of `expect:` is read: MigrationExpectations' fields."""
+    return {
+        "group_type": partial(read_protocol, reader),
+        "refused": partial(_refused, reader),
+        "rejoins_per_step": partial(read_bound, reader),
+        "partitions_moved_per_step": partial(read_bound, reader),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,9 +255,9 @@ def is_refusal(event: RebalanceEvent) -> bool:
     """An error the member's client treats as fatal (it stops for good)."""
     if not event.error_code or event.event not in (EventName.REQUEST_FAILED, EventName.MEMBER_FENCED):
         return False
-    if event.protocol == GroupProtocol.CONSUMER:
-        return consumer_reaction_to(event.error_code) is ConsumerReaction.FATAL
-    return reaction_to(event.error_code) is Reaction.FATAL
+    reactions = reaction_to(event.error_code)
+    consumer = event.protocol == GroupProtocol.CONSUMER
+    return (reactions.consumer if consumer else reactions.classic) is Reaction.FATAL
 
 
 def refused_members(events: Iterable[RebalanceEvent]) -> dict[str, int]:
@@ -358,7 +348,6 @@ def _check_group_type(expected: GroupProtocol, events: Sequence[RebalanceEvent])
 
 
 __all__ = [
-    "EXPECT_KEYS",
     "Bound",
     "BrokerBuild",
     "BrokerRules",
@@ -367,11 +356,11 @@ __all__ = [
     "Refused",
     "StepStats",
     "check",
+    "expectation_readers",
     "is_refusal",
     "read_assignors",
     "read_bound",
     "read_broker",
-    "read_expectations",
     "read_protocol",
     "read_server_assignor",
     "read_user_data",

@@ -564,7 +564,7 @@ def replay_reference(
     and the scenario's KIP-848 broker rules on Kafka's group.consumer.* defaults unless
     `consumer` (a comparison with a broker started with other group.consumer.* settings)."""
     if config is None:
-        config = group_settings(plan.group_settings).coordinator_config()
+        config = group_settings(plan.group_settings).config
     if scenario.uses_consumer_protocol or scenario.broker.build is not None or plan.uses_consumer_protocol:
         # KIP-848 runs on the new group coordinator only (Kafka 4.x)
         config = dataclasses.replace(config, kafka_behaviour=KafkaBehaviour.NEW_COORDINATOR)

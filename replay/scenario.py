@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -396,29 +396,31 @@ class _Reader(YamlReader):
         return CoordinatorRestart(self.integer(fields["at_ms"], f"{path}.at_ms", 0, MAX_SPAN_MS))
 
     def expectations(self, node: yaml.Node) -> Expectations:
-        fields = self.mapping(
-            node,
-            "expect",
-            {"rebalances", "fenced", "expired", "leader_skips_assignment", "errors", *migration.EXPECT_KEYS},
-        )
+        readers: dict[str, Callable[[yaml.Node, str], Any]] = {
+            "rebalances": self.count,
+            "fenced": self.count,
+            "expired": self.count,
+            "leader_skips_assignment": self.boolean,
+            "errors": self.error_codes,
+        }
+        migration_readers = migration.expectation_readers(self)
+        fields = self.mapping(node, "expect", {*readers, *migration_readers})
         return Expectations(
-            rebalances=self.count(fields["rebalances"], "expect.rebalances")
-            if "rebalances" in fields
-            else None,
-            fenced=self.count(fields["fenced"], "expect.fenced") if "fenced" in fields else None,
-            expired=self.count(fields["expired"], "expect.expired") if "expired" in fields else None,
-            leader_skips_assignment=self.boolean(
-                fields["leader_skips_assignment"], "expect.leader_skips_assignment"
-            )
-            if "leader_skips_assignment" in fields
-            else None,
-            errors=tuple(
-                self.integer(n, f"expect.errors[{i}]", *ERROR_CODE_RANGE)
-                for i, n in enumerate(self.sequence(fields["errors"], "expect.errors"))
-            )
-            if "errors" in fields
-            else (),
-            migration=migration.read_expectations(self, fields),
+            **self.given(fields, "expect", readers),
+            migration=MigrationExpectations(**self.given(fields, "expect", migration_readers)),
+        )
+
+    def given(
+        self, fields: dict[str, yaml.Node], path: str, readers: dict[str, Callable[[yaml.Node, str], T]]
+    ) -> dict[str, T]:
+        """The keys of `readers` that `fields` has, each read by its reader (absent keys keep the
+        field's default)."""
+        return {key: read(fields[key], f"{path}.{key}") for key, read in readers.items() if key in fields}
+
+    def error_codes(self, node: yaml.Node, path: str) -> tuple[int, ...]:
+        return tuple(
+            self.integer(n, f"{path}[{i}]", *ERROR_CODE_RANGE)
+            for i, n in enumerate(self.sequence(node, path))
         )
 
 

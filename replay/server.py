@@ -23,8 +23,9 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import asdict, replace
-from typing import IO, Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import IO, Any, Final
 
 from proxy.wire import (
     ApiKey,
@@ -283,59 +284,76 @@ class ReferenceServer:
             topics=tuple(topics),
         )
 
-    def list_offsets(self, api_version: int, request: Any) -> Any:
-        """Every partition is empty: offset 0 whatever the timestamp asked."""
-        topics = _empty_partitions(
-            request.topics,
-            response_class(LIST_OFFSETS, api_version, "ListOffsetsTopicResponse"),
-            response_class(LIST_OFFSETS, api_version, "ListOffsetsPartitionResponse"),
-            ("name", "partition_index"),
-            {"timestamp": -1, "offset": 0, "leader_epoch": 0},
+    def empty_answer(self, api_key: int, api_version: int, request: Any) -> Any:
+        """ListOffsets or Fetch answered as `_EMPTY_ANSWERS` says: every partition asked is empty."""
+        answer = _EMPTY_ANSWERS[api_key]
+        topic_cls = response_class(api_key, api_version, answer.topic_class)
+        partition_cls = response_class(api_key, api_version, answer.partition_class)
+        topics = tuple(
+            topic_cls(
+                **{
+                    answer.topic_field: getattr(t, answer.topic_field),
+                    "partitions": tuple(
+                        build(
+                            partition_cls,
+                            {
+                                "partition_index": getattr(p, answer.index_field),
+                                "error_code": ErrorCode.none,
+                                **answer.partition_values,
+                            },
+                        )
+                        for p in t.partitions
+                    ),
+                }
+            )
+            for t in request.topics
         )
-        return build_response(LIST_OFFSETS, api_version, topics=topics)
-
-    def fetch(self, api_version: int, request: Any) -> Any:
-        """No records, high watermark 0, for every partition asked."""
-        responses = _empty_partitions(
-            request.topics,
-            response_class(FETCH, api_version, "FetchableTopicResponse"),
-            response_class(FETCH, api_version, "PartitionData"),
-            ("topic", "partition"),
-            {
-                "high_watermark": 0,
-                "last_stable_offset": 0,
-                "log_start_offset": 0,
-                "aborted_transactions": (),
-                "records": b"",
-            },
-        )
-        return build_response(
-            FETCH, api_version, error_code=ErrorCode.none, session_id=0, responses=responses
-        )
+        return build_response(api_key, api_version, **{answer.topics_field: topics}, **answer.response_values)
 
 
-def _empty_partitions(
-    asked: Any, topic_cls: type[Any], partition_cls: type[Any], names: tuple[str, str], values: dict[str, Any]
-) -> tuple[Any, ...]:
-    """One answer per topic and partition asked, each with error none and `values` (the served
-    coordinator holds no records). `names`: the topic's name field and the asked partition's index
-    field, which ListOffsets and Fetch name differently."""
-    topic_field, index_field = names
-    return tuple(
-        topic_cls(
-            **{
-                topic_field: getattr(t, topic_field),
-                "partitions": tuple(
-                    build(
-                        partition_cls,
-                        {"partition_index": getattr(p, index_field), "error_code": ErrorCode.none, **values},
-                    )
-                    for p in t.partitions
-                ),
-            }
-        )
-        for t in asked
-    )
+@dataclass(frozen=True, slots=True)
+class _EmptyAnswer:
+    """How ListOffsets or Fetch answers when the served coordinator holds no records: one entry
+    per topic and partition asked, error none and `partition_values`. The two APIs name their
+    topics list, topic name and partition index fields differently (ListOffsetsResponse.json,
+    FetchResponse.json)."""
+
+    topic_class: str
+    partition_class: str
+    topics_field: str
+    topic_field: str
+    index_field: str
+    partition_values: Mapping[str, Any]
+    response_values: Mapping[str, Any] = field(default_factory=dict)
+
+
+_EMPTY_ANSWERS: Final[dict[int, _EmptyAnswer]] = {
+    # offset 0 whatever the timestamp asked
+    LIST_OFFSETS: _EmptyAnswer(
+        "ListOffsetsTopicResponse",
+        "ListOffsetsPartitionResponse",
+        "topics",
+        "name",
+        "partition_index",
+        {"timestamp": -1, "offset": 0, "leader_epoch": 0},
+    ),
+    # no records, high watermark 0
+    FETCH: _EmptyAnswer(
+        "FetchableTopicResponse",
+        "PartitionData",
+        "responses",
+        "topic",
+        "partition",
+        {
+            "high_watermark": 0,
+            "last_stable_offset": 0,
+            "log_start_offset": 0,
+            "aborted_transactions": (),
+            "records": b"",
+        },
+        {"error_code": ErrorCode.none, "session_id": 0},
+    ),
+}
 
 
 class _Connection:
@@ -482,14 +500,14 @@ class _Connection:
             self.deliver(header.correlation_id, server.metadata(api_version, request))
             return True
         if api_key == LIST_OFFSETS:
-            self.deliver(header.correlation_id, server.list_offsets(api_version, request))
+            self.deliver(header.correlation_id, server.empty_answer(api_key, api_version, request))
             return True
         if api_key == FETCH:
             # Nothing will ever arrive: wait as long as the client allows (capped) so that
             # polling consumers do not spin.
             max_wait_s = min(max(int(request.max_wait.total_seconds() * 1000), 0), 500) / 1000
             await asyncio.sleep(max_wait_s)
-            self.deliver(header.correlation_id, server.fetch(api_version, request))
+            self.deliver(header.correlation_id, server.empty_answer(api_key, api_version, request))
             return True
         context = RequestContext(
             connection_id=self.connection_id,

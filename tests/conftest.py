@@ -232,30 +232,31 @@ SASL_USERS = (("alice", "alice-plain-secret-7f3a9c"), ("bob", "bob-scram-secret-
 
 
 @dataclass(frozen=True)
-class SecureBroker:
-    """A Kafka 3.9 broker with SSL, MTLS (SSL, client certificate required), SASL_PLAINTEXT and
-    SASL_SSL listeners beside PLAINTEXT; SASL users `SASL_USERS` for PLAIN and SCRAM-SHA-512.
-    `ca` signs the broker's certificate and `client` (a client certificate the broker trusts)."""
+class SecureSetup:
+    """The session's certificates and the secure listeners that use them: `ca` signs the broker's
+    certificate and `client` (a client certificate the broker trusts)."""
 
-    broker: Broker
-    ca: CertAuthority
-    client: Leaf
-    directory: Path
-
-    def listener(self, name: str) -> str:
-        return self.broker.listener_bootstrap(name)
-
-
-@dataclass(frozen=True)
-class _SecureSetup:
     ca: CertAuthority
     client: Leaf
     directory: Path
     listeners: tuple[SecureListener, ...]
 
 
+@dataclass(frozen=True)
+class SecureBroker:
+    """A Kafka 3.9 broker with SSL, MTLS (SSL, client certificate required), SASL_PLAINTEXT and
+    SASL_SSL listeners beside PLAINTEXT (`setup`); SASL users `SASL_USERS` for PLAIN and
+    SCRAM-SHA-512."""
+
+    broker: Broker
+    setup: SecureSetup
+
+    def listener(self, name: str) -> str:
+        return self.broker.listener_bootstrap(name)
+
+
 @pytest.fixture(scope="session")
-def _secure_setup(tmp_path_factory: pytest.TempPathFactory) -> _SecureSetup:
+def _secure_setup(tmp_path_factory: pytest.TempPathFactory) -> SecureSetup:
     """The session's certificates (made once) and the listeners that use them."""
     from harness.certs import CertError, make_ca
 
@@ -274,20 +275,20 @@ def _secure_setup(tmp_path_factory: pytest.TempPathFactory) -> _SecureSetup:
         SecureListener("SASL_PLAINTEXT", **sasl),  # type: ignore[arg-type]
         SecureListener("SASL_SSL", **tls, **sasl),  # type: ignore[arg-type]
     )
-    return _SecureSetup(ca, client, directory, listeners)
+    return SecureSetup(ca, client, directory, listeners)
 
 
 @pytest.fixture
-def secure_broker(broker_factory: BrokerFactory, _secure_setup: _SecureSetup) -> SecureBroker:
+def secure_broker(broker_factory: BrokerFactory, _secure_setup: SecureSetup) -> SecureBroker:
     """The session's broker with SSL/SASL listeners (one per session: the factory keeps it, and
     starts it again if it was stopped to make room for others)."""
     setup = _secure_setup
     broker = broker_factory(KAFKA_39, new_coordinator=False, secure_listeners=setup.listeners)
-    return SecureBroker(broker, setup.ca, setup.client, setup.directory)
+    return SecureBroker(broker, setup)
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster(_secure_setup: _SecureSetup) -> Iterator[Cluster]:
+def kafka_cluster(_secure_setup: SecureSetup) -> Iterator[Cluster]:
     """A 3-node Kafka 3.9 KRaft cluster (issue 12), offsets topic replicated to every node, with
     the `secure_broker`'s listeners (SSL, MTLS, SASL_PLAINTEXT, SASL_SSL) on every node.
     A test that kills a node restarts it (`Cluster.restart`) before it ends."""

@@ -716,7 +716,7 @@ def reference_like_the_broker(plan: ReplayPlan, scenario: Scenario) -> RunResult
     BROKER_CONFIG's group.consumer.* settings, the rest from the capture header (Kafka's defaults)."""
     broker = {**TEST_SETTINGS, **BROKER_CONFIG}
     classic = dataclasses.replace(
-        group_settings(plan.group_settings).coordinator_config(),
+        group_settings(plan.group_settings).config,
         group_initial_rebalance_delay_ms=int(broker["group.initial.rebalance.delay.ms"]),
         group_min_session_timeout_ms=int(broker["group.min.session.timeout.ms"]),
     )

@@ -17,13 +17,12 @@ from proxy.wire.consumer_protocol import encode_subscription
 from replay.consumer_member import (
     CONSUMER_HEARTBEAT,
     ConsumerMember,
-    ConsumerReaction,
     ConsumerState,
-    consumer_reaction_to,
 )
 from replay.coordinator import CoordinatorConfig, GroupCoordinator, KafkaBehaviour, RequestContext, Respond
 from replay.coordinator.consumer import ConsumerGroupConfig
 from replay.coordinator.consumer.group import MigrationPolicy
+from replay.group_member import Reaction, reaction_to
 from replay.member import (
     ClassicMember,
     Disconnect,
@@ -291,10 +290,10 @@ def test_reaction_table_follows_the_java_heartbeat_request_manager() -> None:
         ErrorCode.invalid_request,
         ErrorCode.group_authorization_failed,
     }
-    assert {c for c in rejoin if consumer_reaction_to(c) is ConsumerReaction.REJOIN} == rejoin
-    assert {c for c in fatal if consumer_reaction_to(c) is ConsumerReaction.FATAL} == fatal
-    assert consumer_reaction_to(ErrorCode.coordinator_load_in_progress) is ConsumerReaction.RETRY
-    assert consumer_reaction_to(ErrorCode.not_coordinator) is ConsumerReaction.RETRY_NOW
+    assert {c for c in rejoin if reaction_to(c).consumer is Reaction.REJOIN} == rejoin
+    assert {c for c in fatal if reaction_to(c).consumer is Reaction.FATAL} == fatal
+    assert reaction_to(ErrorCode.coordinator_load_in_progress).consumer is Reaction.RETRY_AFTER_BACKOFF
+    assert reaction_to(ErrorCode.not_coordinator).consumer is Reaction.RETRY_NOW
 
 
 def test_online_upgrade_a_consumer_member_joins_a_live_classic_group() -> None:

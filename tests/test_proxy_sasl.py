@@ -57,7 +57,7 @@ def test_sasl_is_relayed_and_no_secret_is_recorded_or_logged(
     user: str,
     extra: dict[str, object],
 ) -> None:
-    ca = secure_broker.ca
+    ca = secure_broker.setup.ca
     topic = make_topic(secure_broker.broker.bootstrap, 1, prefix="sasl")
     path = tmp_path / "sasl.pcapng"
     flags = ["--upstream-tls-ca", str(ca.cert)] if listener == "SASL_SSL" else []
@@ -169,7 +169,7 @@ def test_java_consumer_over_sasl_ssl_through_the_proxy(
 ) -> None:
     """The Java consumer logs in with SCRAM-SHA-512 over TLS to the proxy, which logs in over
     TLS to the broker's SASL_SSL listener (TLS on both legs, SASL relayed)."""
-    ca = secure_broker.ca
+    ca = secure_broker.setup.ca
     proxy_cert = ca.issue("proxy-sasl", tmp_path)
     topic = make_topic(secure_broker.broker.bootstrap, 2, prefix="sasl-java")
     path = tmp_path / "java.pcapng"

@@ -68,7 +68,7 @@ def test_real_clients_over_tls_on_both_legs_recording(
 ) -> None:
     """confluent-kafka and the Java consumer talk TLS to the proxy; the proxy talks TLS to the
     broker's SSL listener, verifying its host name; the capture is readable."""
-    ca = secure_broker.ca
+    ca = secure_broker.setup.ca
     proxy_cert = ca.issue("proxy", tmp_path)
     upstream = secure_broker.listener("SSL")
     topic = make_topic(secure_broker.broker.bootstrap, 2, prefix="tls")
@@ -118,7 +118,7 @@ def _install(leaf_cert: Path, leaf_key: Path, cert: Path, key: Path) -> None:
 def test_certificates_rotate_without_dropping_connections(secure_broker, tmp_path: Path) -> None:
     """SIGHUP, and a change of the files alone, make new connections see the new certificate;
     a connection opened before keeps working on the certificate it negotiated."""
-    ca = secure_broker.ca
+    ca = secure_broker.setup.ca
     first, second, third = (
         ca.issue(name, tmp_path / name, common_name=name) for name in ("proxy-a", "proxy-b", "proxy-c")
     )
@@ -161,7 +161,7 @@ def test_mtls_cluster_refuses_the_proxy_and_the_log_says_what_works(
     """A listener that requires client certificates refuses a proxy without one, and the log
     says a decoding proxy cannot forward the client's certificate and what to do instead; with
     a certificate of its own the proxy is let in."""
-    ca = secure_broker.ca
+    ca = secure_broker.setup.ca
     upstream = secure_broker.listener("MTLS")
     caplog.set_level(logging.WARNING, logger="group_replay.proxy")
     proxy = BackgroundProxy(
@@ -177,7 +177,7 @@ def test_mtls_cluster_refuses_the_proxy_and_the_log_says_what_works(
     assert "cannot forward the client's certificate" in caplog.text
     assert "SASL" in caplog.text and "PLAINTEXT listener" in caplog.text
 
-    client = secure_broker.client
+    client = secure_broker.setup.client
     own = TlsContexts(None, UpstreamTls(ca_path=ca.cert, cert_path=client.cert, key_path=client.key))
     proxy = BackgroundProxy(ProxyConfig(upstream=parse_hostport(upstream), tls=own))
     try:

@@ -112,16 +112,17 @@ def test_a_broker_replay_starts_has_the_recorded_or_kafka_default_group_settings
     from replay.brokers import group_settings
 
     defaults = group_settings(None)
-    assert (defaults.initial_rebalance_delay_ms, defaults.min_session_timeout_ms) == (3_000, 6_000)
+    kafka = defaults.config
+    assert (kafka.group_initial_rebalance_delay_ms, kafka.group_min_session_timeout_ms) == (3_000, 6_000)
     recorded = group_settings(GroupSettings(initial_rebalance_delay_ms=0, max_size=50))
     assert recorded.source == "capture header + Kafka defaults"
     for wanted in (defaults, recorded):
         broker = broker_factory(KAFKA_39, new_coordinator=False, extra_config=wanted.broker_config())
         host, _, port = broker.bootstrap.rpartition(":")
         seen = describe_upstream_sync(host, int(port))
-        assert seen.initial_rebalance_delay_ms == wanted.initial_rebalance_delay_ms
-        assert seen.min_session_timeout_ms == wanted.min_session_timeout_ms
-        assert seen.max_size == wanted.max_size
+        assert seen.initial_rebalance_delay_ms == wanted.config.group_initial_rebalance_delay_ms
+        assert seen.min_session_timeout_ms == wanted.config.group_min_session_timeout_ms
+        assert seen.max_size == wanted.config.group_max_size
 
 
 def test_a_scenario_the_broker_cannot_run_is_a_not_run_row_and_exit_2(broker_factory, tmp_path: Path) -> None:

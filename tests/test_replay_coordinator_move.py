@@ -27,7 +27,7 @@ def run(plan: ReplayPlan, name: str = BUILTIN) -> tuple[RunResult, CoordinatorTr
     from replay.brokers import group_settings
 
     runner = Runner(plan, load_builtin(name), "reference")
-    transport = CoordinatorTransport(runner, group_settings(plan.group_settings).coordinator_config())
+    transport = CoordinatorTransport(runner, group_settings(plan.group_settings).config)
     end_ms = run_virtual(runner, transport, None)
     return runner.result(end_ms), transport
 

@@ -120,13 +120,13 @@ def test_an_illegal_transition_raises() -> None:
         (ErrorCode.rebalance_in_progress, Reaction.REJOIN, True, 0),
         (ErrorCode.illegal_generation, Reaction.REJOIN, True, 0),
         (ErrorCode.unknown_member_id, Reaction.RESET_MEMBER_ID, False, 0),
-        (ErrorCode.coordinator_not_available, Reaction.REJOIN_AFTER_BACKOFF, True, RETRY_BACKOFF_MS),
+        (ErrorCode.coordinator_not_available, Reaction.RETRY_AFTER_BACKOFF, True, RETRY_BACKOFF_MS),
     ],
 )
 def test_heartbeat_errors_rejoin_like_the_java_consumer(
     error: ErrorCode, reaction: Reaction, keeps_member_id: bool, delay_ms: int
 ) -> None:
-    assert reaction_to(int(error)) is reaction
+    assert reaction_to(int(error)).classic is reaction
     m = member()
     stable(m)
     (wake,) = [c for c in m.on_wake(3_020, WakeAt(3_020, Wake.HEARTBEAT, m.incarnation, 1))]

@@ -62,7 +62,7 @@ def simulated_live_run(
     runner.clock = ScaledClock(speed, monotonic=lambda: wall[0])  # type: ignore[assignment]
     clock = runner.clock
     clock.start()
-    broker = WallClockBroker(runner, group_settings(plan.group_settings).coordinator_config(), wall)
+    broker = WallClockBroker(runner, group_settings(plan.group_settings).config, wall)
     runner.transport = broker
     end_ms = runner.schedule()
     coordinator = broker.coordinator

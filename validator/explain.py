@@ -41,6 +41,11 @@ def _text(*parts: Column | str) -> Column:
     return F.concat(*[F.lit(p) if isinstance(p, str) else p for p in parts])
 
 
+# One explanation rule: where `condition` holds, the row's cause (text, or a column built from the
+# row) and the next step to try (None where none is known). The first rule that holds wins.
+Rule = tuple[Column, Column | str, str | None]
+
+
 def cause_and_next_step(
     *,
     noise: Column,
@@ -61,16 +66,16 @@ def cause_and_next_step(
     below_v9 = F.coalesce(F.array_max(observed_join_versions), F.lit(0)) < SKIP_ASSIGNMENT_API_VERSION
     left_dynamic = F.coalesce(observed_left_dynamic, F.array().cast("array<string>"))
     generation = _text("generation #", ordinal.cast("string"))
-    rules: list[tuple[Column, Column, Column | None]] = [
+    rules: list[Rule] = [
         (
             noise,
-            F.lit("unstable: a run disagrees with its own repeat on this fact (noise, ignored)"),
+            "unstable: a run disagrees with its own repeat on this fact (noise, ignored)",
             None,
         ),
         (
             (aspect == "fenced") & (change == "unexpected"),
             _text("fenced: two live members share group.instance.id ", subject, " (KIP-345)"),
-            F.lit(
+            (
                 "give every live member its own group.instance.id; stop the old process before its "
                 "replacement joins"
             ),
@@ -78,7 +83,7 @@ def cause_and_next_step(
         (
             aspect == "fenced",
             _text("not fenced: ", subject, " was fenced in the expected run (KIP-345)"),
-            F.lit(
+            (
                 "check that the observed coordinator rejects a duplicate group.instance.id "
                 "(static membership needs JoinGroup v5+, Kafka 2.3+)"
             ),
@@ -86,7 +91,7 @@ def cause_and_next_step(
         (
             (aspect == "expired") & (change == "unexpected"),
             _text("expired: ", subject, " missed its session timeout"),
-            F.lit(
+            (
                 "compare session.timeout.ms with the broker's group.min/max.session.timeout.ms and "
                 "the heartbeat interval"
             ),
@@ -94,7 +99,7 @@ def cause_and_next_step(
         (
             aspect == "expired",
             _text("not expired: ", subject, " expired in the expected run"),
-            F.lit("compare the session timeout bounds of the two coordinators"),
+            "compare the session timeout bounds of the two coordinators",
         ),
         (
             (aspect == "rebalance_count") & (extra > 0) & (F.size(left_dynamic) > 0),
@@ -103,12 +108,12 @@ def cause_and_next_step(
                 F.array_join(left_dynamic, ", "),
                 ")",
             ),
-            F.lit("set group.instance.id (static membership, KIP-345) so a restart does not rebalance"),
+            "set group.instance.id (static membership, KIP-345) so a restart does not rebalance",
         ),
         (
             (aspect == "rebalance_count") & (extra > 0),
             _text(extra.cast("string"), " extra rebalance(s)"),
-            F.lit(
+            (
                 "compare group.initial.rebalance.delay.ms and the session timeouts with the recorded "
                 "broker's; the timeline shows the first divergent generation"
             ),
@@ -116,43 +121,43 @@ def cause_and_next_step(
         (
             aspect == "rebalance_count",
             _text((-extra).cast("string"), " fewer rebalance(s)"),
-            F.lit(
+            (
                 "compare group.initial.rebalance.delay.ms with the recorded broker's (joins that "
                 "arrive within the delay share one rebalance)"
             ),
         ),
         (
             aspect.isin("leader", "assignment") & no_skip & below_v9,
-            F.lit("leader did not skip assignment: JoinGroup below v9 (KIP-814)"),
-            F.lit(
+            "leader did not skip assignment: JoinGroup below v9 (KIP-814)",
+            (
                 "use a client and broker with JoinGroup v9+ (KIP-814), or expect a reassignment when "
                 "the static leader rejoins"
             ),
         ),
         (
             aspect.isin("leader", "assignment") & no_skip,
-            F.lit("leader did not skip assignment (KIP-814)"),
-            F.lit("check that the observed coordinator sends SkipAssignment to a rejoining static leader"),
+            "leader did not skip assignment (KIP-814)",
+            "check that the observed coordinator sends SkipAssignment to a rejoining static leader",
         ),
         (
             aspect == "leader",
             _text("another member led ", generation),
-            F.lit("leadership follows join order: see the timeline"),
+            "leadership follows join order: see the timeline",
         ),
         (
             (aspect == "assignment") & (change == "missing"),
             _text(subject, " has no assignment after ", generation),
-            F.lit("check whether the member was still in the group at that generation"),
+            "check whether the member was still in the group at that generation",
         ),
         (
             (aspect == "assignment") & (change == "unexpected"),
             _text(subject, " is assigned after ", generation, " but not in the expected run"),
-            F.lit("check which members joined that generation"),
+            "check which members joined that generation",
         ),
         (
             aspect == "assignment",
             _text(subject, " got other partitions after ", generation),
-            F.lit("check the assignor (protocol) and the members of that generation"),
+            "check the assignor (protocol) and the members of that generation",
         ),
         (
             aspect == "error",
@@ -163,23 +168,21 @@ def cause_and_next_step(
                 " -> ",
                 F.coalesce(observed_value, F.lit("none")),
             ),
-            F.lit("the coordinators answered differently; the error names say why"),
+            "the coordinators answered differently; the error names say why",
         ),
         *_migration_rules(aspect, subject, ordinal, expected_value, observed_value),
     ]
     cause: Column = F.lit(None).cast("string")
     next_step: Column = F.lit(None).cast("string")
     for condition, text, step in reversed(rules):
-        cause = F.when(condition, text).otherwise(cause)
-        next_step = F.when(condition, step if step is not None else F.lit(None).cast("string")).otherwise(
-            next_step
-        )
+        cause = F.when(condition, _text(text)).otherwise(cause)
+        next_step = F.when(condition, F.lit(step).cast("string")).otherwise(next_step)
     return cause, next_step
 
 
 def _migration_rules(
     aspect: Column, subject: Column, ordinal: Column, expected: Column, observed: Column
-) -> list[tuple[Column, Column, Column | None]]:
+) -> list[Rule]:
     """The protocol migration's facts per step (validator.migration): the group's type, who
     switched protocol, classic rejoins per member (the rebalance storm of eager assignors) and
     partitions moved. Kafka's consumer_protocol_migration_test.py rolls members the same way."""
@@ -190,7 +193,7 @@ def _migration_rules(
         (
             aspect == "group_type",
             _text("the group's type after ", step, ": ", shown),
-            F.lit(
+            (
                 "compare group.consumer.migration.policy and the broker build with the scenario's "
                 "(an online conversion needs bidirectional, or upgrade / downgrade for that direction; "
                 "a custom assignor's userData refuses it)"
@@ -199,7 +202,7 @@ def _migration_rules(
         (
             aspect == "protocol_switch",
             _text("other members switched protocol at ", step, ": ", shown),
-            F.lit(
+            (
                 "a member refused on its new protocol does not switch: see the errors and the "
                 "migration timeline"
             ),
@@ -209,7 +212,7 @@ def _migration_rules(
             _text(
                 subject, " rejoined ", more.cast("string"), " more time(s) in ", step, " (classic JoinGroup)"
             ),
-            F.lit(
+            (
                 "eager assignors make every classic member rejoin at each step: cooperative-sticky or "
                 "static members (group.instance.id) rejoin less"
             ),
@@ -217,11 +220,11 @@ def _migration_rules(
         (
             aspect == "rejoins",
             _text(subject, " rejoined ", (-more).cast("string"), " fewer time(s) in ", step, ": ", shown),
-            F.lit("compare the members' session timeouts and the broker's rebalance delay"),
+            "compare the members' session timeouts and the broker's rebalance delay",
         ),
         (
             aspect == "partitions_moved",
             _text("partitions moved in ", step, ": ", shown),
-            F.lit("compare the assignors (server_assignor, classic assignors) and who was in the group then"),
+            "compare the assignors (server_assignor, classic assignors) and who was in the group then",
         ),
     ]

@@ -68,6 +68,12 @@ def _keyed(key: tuple[str, ...], fields: list[StructField]) -> StructType:
     return StructType([*(StructField(name, StringType(), True) for name in key), *fields])
 
 
+def _per_member(name: str, fields: list[StructField]) -> StructField:
+    """A column holding a list of per-member values: `member_key`, then `fields`."""
+    member = StructType([StructField("member_key", StringType(), True), *fields])
+    return StructField(name, ArrayType(member, True), True)
+
+
 # ---- output tables -------------------------------------------------------------------------------
 
 OBSERVED_REBALANCES_SCHEMA = _keyed(
@@ -104,34 +110,23 @@ RUN_SUMMARY_SCHEMA = _keyed(
         StructField("left_without_instance_id", ArrayType(StringType(), True), True),
         StructField("skip_assignment_seen", BooleanType(), True),
         StructField("partitions_moved", IntegerType(), True),
-        StructField(
+        _per_member(
             "member_churn",
-            ArrayType(
-                StructType(
-                    [
-                        StructField("member_key", StringType(), True),
-                        StructField("moved", IntegerType(), True),
-                        StructField("unassigned_ms", LongType(), True),
-                    ]
-                ),
-                True,
-            ),
-            True,
+            [StructField("moved", IntegerType(), True), StructField("unassigned_ms", LongType(), True)],
         ),
     ],
 )
 """One row per run; `not_run_detail` is set (and nothing else happened) when the run could not be
 carried out. The last three columns are context for explaining differences (validator.explain)."""
 
-FACTS_SCHEMA = _keyed(
-    RUN_KEY,
-    [
-        StructField("aspect", StringType(), True),
-        StructField("subject", StringType(), True),
-        StructField("ordinal", IntegerType(), True),
-        StructField("value", StringType(), True),
-    ],
-)
+# What a fact is about: a difference compares two runs' values of one fact.
+_FACT_FIELDS = [
+    StructField("aspect", StringType(), True),
+    StructField("subject", StringType(), True),
+    StructField("ordinal", IntegerType(), True),
+]
+
+FACTS_SCHEMA = _keyed(RUN_KEY, [*_FACT_FIELDS, StructField("value", StringType(), True)])
 """What must not drift, one comparable fact per row. `ordinal` 0 means "the whole run"."""
 
 PAIRS_SCHEMA = _keyed(
@@ -141,27 +136,20 @@ PAIRS_SCHEMA = _keyed(
     ],
 )
 
-# What one difference says, in REBALANCE_DIFF_SCHEMA's order (the CI outputs list these per case).
-DIFF_COLUMNS = (
-    "aspect",
-    "subject",
-    "ordinal",
-    "expected_value",
-    "observed_value",
-    "change",
-    "severity",
-)
+# What one difference says (the CI outputs list these per case), then how it is explained.
+_DIFF_FIELDS = [
+    *_FACT_FIELDS,
+    StructField("expected_value", StringType(), True),
+    StructField("observed_value", StringType(), True),
+    StructField("change", StringType(), True),
+    StructField("severity", IntegerType(), True),
+]
+DIFF_COLUMNS: tuple[str, ...] = tuple(f.name for f in _DIFF_FIELDS)
 
 REBALANCE_DIFF_SCHEMA = _keyed(
     COMPARISON_KEY,
     [
-        StructField("aspect", StringType(), True),
-        StructField("subject", StringType(), True),
-        StructField("ordinal", IntegerType(), True),
-        StructField("expected_value", StringType(), True),
-        StructField("observed_value", StringType(), True),
-        StructField("change", StringType(), True),
-        StructField("severity", IntegerType(), True),
+        *_DIFF_FIELDS,
         StructField("is_noise", BooleanType(), True),
         StructField("cause", StringType(), True),
         StructField("next_step", StringType(), True),
@@ -229,32 +217,8 @@ MIGRATION_STEPS_SCHEMA = _keyed(
         StructField("group_type", StringType(), True),
         StructField("conversions", ArrayType(StringType(), True), True),
         StructField("partitions_moved", IntegerType(), True),
-        StructField(
-            "rejoins",
-            ArrayType(
-                StructType(
-                    [
-                        StructField("member_key", StringType(), True),
-                        StructField("rejoins", IntegerType(), True),
-                    ]
-                ),
-                True,
-            ),
-            True,
-        ),
-        StructField(
-            "unassigned",
-            ArrayType(
-                StructType(
-                    [
-                        StructField("member_key", StringType(), True),
-                        StructField("unassigned_ms", LongType(), True),
-                    ]
-                ),
-                True,
-            ),
-            True,
-        ),
+        _per_member("rejoins", [StructField("rejoins", IntegerType(), True)]),
+        _per_member("unassigned", [StructField("unassigned_ms", LongType(), True)]),
     ],
 )
 """One row per run and migration step. Step 0 is the group before any member switched protocol;

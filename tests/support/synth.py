@@ -174,7 +174,7 @@ def synthesize_capture(  # noqa: C901 - counts its nested `record` callback, whi
     runner.on_close = closed
     try:
         # the recorded broker runs with `group_settings` (Kafka's defaults where None)
-        config = replay_group_settings(group_settings).coordinator_config()
+        config = replay_group_settings(group_settings).config
         run_virtual(runner, CoordinatorTransport(runner, config), None)
     finally:
         writer.close()
