@@ -43,6 +43,7 @@ from harness.lines import DEFAULT_KAFKA_VERSION, Mode
 from harness.maven import ProgressCallback
 from harness.owned import Owned, StopsOnExit
 from harness.probe import NotAnswering, wait_answering
+from harness.views import PartView
 
 DEFAULT_READY_TIMEOUT_MS = 90_000
 DEFAULT_STOP_TIMEOUT_MS = 20_000
@@ -108,29 +109,16 @@ class Broker(StopsOnExit):
     started_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     _stopped: bool = False
 
-    @property
-    def bootstrap(self) -> str:
-        return self.plan.bootstrap
+    # Views of its launch plan and its process (harness/__init__.py lists them as the API).
+    bootstrap = PartView[str]("plan")
+    kafka_version = PartView[str]("plan")
+    new_coordinator = PartView[bool]("plan")
+    log_path = PartView[Path]("plan")
+    pid = PartView[int]("process")
 
     def listener_bootstrap(self, name: str) -> str:
         """host:port of this broker's `name` listener (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."""
         return self.plan.listener_bootstrap(name)
-
-    @property
-    def kafka_version(self) -> str:
-        return self.plan.kafka_version
-
-    @property
-    def new_coordinator(self) -> bool:
-        return self.plan.new_coordinator
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def log_path(self) -> Path:
-        return self.plan.log_path
 
     def log_tail(self, lines: int = 40) -> str:
         return _log_tail(self.plan.log_path, lines)

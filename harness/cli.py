@@ -511,15 +511,15 @@ def _start_cluster(args: argparse.Namespace, settings: dict[str, str]) -> int:
     )
     state = ClusterState(
         kafka_version=args.kafka_version,
-        id=cluster.brokers[0].pid,
+        id=cluster.nodes[0].pid,
         bootstrap=bootstrap,
         security=str(security),
         plaintext_bootstrap=cluster.bootstrap,
         directory=str(directory),
         client_config=str(setup.client_config),
         librdkafka_config=str(setup.librdkafka_config),
-        started_at_ms=cluster.brokers[0].started_at_ms,
-        nodes=tuple(broker.state() for broker in cluster.brokers),
+        started_at_ms=cluster.nodes[0].started_at_ms,
+        nodes=tuple(broker.state() for broker in cluster.nodes),
     )
     path = write_cluster_state(state)
     print(bootstrap)

@@ -13,9 +13,10 @@ import os
 import shutil
 import signal
 import time
+from abc import abstractmethod
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from harness import paths
 from harness.broker import (
@@ -49,33 +50,59 @@ CLUSTER_SETTINGS: dict[str, str] = {
 }
 
 
-@dataclass(eq=False)
-class Cluster(StopsOnExit):
-    """Running KRaft nodes (broker+controller each, node ids 1..N, one controller quorum)."""
+class _Node(Protocol):
+    @property
+    def bootstrap(self) -> str: ...
 
-    brokers: list[Broker]
+    @property
+    def kafka_version(self) -> str: ...
+
+
+_N = TypeVar("_N", bound=_Node)
+
+
+class NodeCluster(StopsOnExit, Generic[_N]):
+    """Nodes with ids 1..N, `nodes[id - 1]`, all of one Kafka version: the process cluster's
+    brokers (`Cluster`) or the container cluster's containers (`ContainerCluster`)."""
+
+    nodes: list[_N]
+
+    @abstractmethod
+    def is_up(self, node: _N) -> bool: ...
+
+    def node(self, node_id: int) -> _N:
+        return self.nodes[node_id - 1]
 
     @property
     def bootstrap(self) -> str:
         """Every running node's PLAINTEXT address, comma-separated (a client's bootstrap list)."""
-        return ",".join(b.bootstrap for b in self.brokers if b.is_running())
-
-    def node(self, node_id: int) -> Broker:
-        return self.brokers[node_id - 1]
-
-    def listener_bootstrap(self, name: str) -> str:
-        """Every running node's `name` listener (SSL, SASL_SSL, ...), comma-separated."""
-        return ",".join(b.listener_bootstrap(name) for b in self.brokers if b.is_running())
-
-    def node_for_port(self, port: int) -> Broker:
-        for broker in self.brokers:
-            if broker.plan.port == port:
-                return broker
-        raise KeyError(f"no node listens on port {port}")
+        return ",".join(node.bootstrap for node in self.nodes if self.is_up(node))
 
     @property
     def kafka_version(self) -> str:
-        return self.brokers[0].kafka_version
+        return self.nodes[0].kafka_version
+
+
+# mypy checks a type argument against a protocol bound without applying descriptors, so it
+# does not see Broker's PartView attributes (bootstrap, kafka_version) as the str they read.
+@dataclass(eq=False)
+class Cluster(NodeCluster[Broker]):  # type: ignore[type-var]
+    """Running KRaft nodes (broker+controller each, node ids 1..N, one controller quorum)."""
+
+    nodes: list[Broker]
+
+    def is_up(self, node: Broker) -> bool:
+        return node.is_running()
+
+    def listener_bootstrap(self, name: str) -> str:
+        """Every running node's `name` listener (SSL, SASL_SSL, ...), comma-separated."""
+        return ",".join(b.listener_bootstrap(name) for b in self.nodes if b.is_running())
+
+    def node_for_port(self, port: int) -> Broker:
+        for broker in self.nodes:
+            if broker.plan.port == port:
+                return broker
+        raise KeyError(f"no node listens on port {port}")
 
     def kill(self, node_id: int) -> None:
         """SIGKILL one node (a crash: no controlled shutdown); its data stays for `restart`."""
@@ -94,11 +121,11 @@ class Cluster(StopsOnExit):
         """SIGTERM every node at once, then wait for each (as `stop_detached_cluster`): one at a
         time, the last node's controlled shutdown waited for a controller quorum that had already
         gone, until the stop timeout's SIGKILL (20 s)."""
-        for broker in self.brokers:
+        for broker in self.nodes:
             if broker.is_running():
                 with contextlib.suppress(ProcessLookupError):
                     broker.process.send_signal(signal.SIGTERM)
-        for broker in self.brokers:
+        for broker in self.nodes:
             broker.stop()
 
 

@@ -21,6 +21,8 @@ from harness.certs import make_ca
 
 
 class Security(StrEnum):
+    """Kafka's SecurityProtocol names (lower case): SASL_ over the rest, _SSL for TLS."""
+
     PLAINTEXT = "plaintext"
     SSL = "ssl"
     SASL_PLAINTEXT = "sasl_plaintext"
@@ -32,11 +34,11 @@ class Security(StrEnum):
 
     @property
     def tls(self) -> bool:
-        return self in (Security.SSL, Security.SASL_SSL)
+        return self.value.endswith("ssl")
 
     @property
     def sasl(self) -> bool:
-        return self in (Security.SASL_PLAINTEXT, Security.SASL_SSL)
+        return self.value.startswith("sasl_")
 
 
 # Characters the JAAS line (`user_NAME="PASSWORD"`) and StorageTool's `--add-scram

@@ -61,13 +61,21 @@ class PassThrough:
 
 
 @dataclass(frozen=True, slots=True)
-class SendUpstream:
+class Send:
+    """Bytes for one side of the connection; which side is the subclass (the shell dispatches on
+    the class)."""
+
     data: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class SendClient:
-    data: bytes
+class SendUpstream(Send):
+    """Bytes for the broker."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendClient(Send):
+    """Bytes for the client."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,21 +84,25 @@ class Close:
 
 
 @dataclass(frozen=True, slots=True)
-class Opened:
-    """The connection opened (recorded as the capture's SYN with its comment)."""
+class ConnectionEvent:
+    """What the capture records of connection `conn` at `ts_ns`, beside its frames."""
 
     conn: int
     ts_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Opened(ConnectionEvent):
+    """The connection opened (recorded as the capture's SYN with its comment)."""
+
     client: str
     upstream: str
 
 
 @dataclass(frozen=True, slots=True)
-class Closed:
+class Closed(ConnectionEvent):
     """The connection ended, for `reason` (recorded as the capture's FIN with its comment)."""
 
-    conn: int
-    ts_ns: int
     reason: str
     client_bytes: int = 0  # what each side sent over the whole connection
     upstream_bytes: int = 0
@@ -110,10 +122,12 @@ __all__ = [
     "Close",
     "Closed",
     "Command",
+    "ConnectionEvent",
     "Opened",
     "PassThrough",
     "ProtocolViolation",
     "RewritePolicy",
+    "Send",
     "SendClient",
     "SendUpstream",
 ]

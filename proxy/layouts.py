@@ -14,6 +14,8 @@ import functools
 import struct
 from typing import Final, NamedTuple
 
+from proxy.wire.correlation import PendingTuple
+
 
 class Record(NamedTuple):
     """One Kafka frame as each leg saw it (the same object twice when nothing rewrote it).
@@ -41,6 +43,7 @@ class Record(NamedTuple):
 
 new_record = functools.partial(tuple.__new__, Record)  # a Record from a tuple, minus __new__'s call
 
+
 # Record positions (the capture writer reads marshalled Records as plain tuples).
 R_CONN: Final = 0
 R_DIRECTION: Final = 1
@@ -58,6 +61,20 @@ P_CLIENT_ID: Final = 3
 P_UPSTREAM_API_VERSION: Final = 4
 P_GROUP_ID: Final = 5
 P_SENT_NS: Final = 6
+
+
+def record_of(
+    conn: int, direction: str, ts_ns: int, request: PendingTuple, client_payload: bytes, upstream: bytes
+) -> Record:
+    """The Record of a frame of `request` (the request itself or its response; `upstream` is the
+    frame as the broker saw it): the header fields are the pending request's (a `PendingRequest`
+    or its plain tuple)."""
+    return new_record(
+        (conn, direction, ts_ns, request[P_API_KEY], request[P_API_VERSION],
+         request[P_UPSTREAM_API_VERSION], request[P_CORRELATION_ID], request[P_CLIENT_ID],
+         request[P_GROUP_ID], client_payload, upstream)
+    )  # fmt: skip
+
 
 # The capture writer's batches: Records as tuples, and connection events tagged by a string
 # in the first position (a Record starts with its int conn): (OPEN, conn, ts_ns, client,
@@ -107,4 +124,5 @@ __all__ = [
     "WHOLE_FRAMES",
     "Record",
     "new_record",
+    "record_of",
 ]

@@ -51,6 +51,7 @@ from proxy.layouts import (
     RESPONSE_HEADS,
     Record,
     new_record,
+    record_of,
 )
 from proxy.raw_sasl import _RAW_SASL_TOKEN, RawSaslTokens
 from proxy.wire import (
@@ -544,21 +545,7 @@ class ProxySession(RawSaslTokens, HeaderRuns):
         if client_payload is not payload:
             self.rewrites += 1
         if self.record and (self._record_all or request.api_key in self._record_keys):
-            self._recorded(
-                Record(
-                    conn=self.conn,
-                    direction="response",
-                    ts_ns=self._now_ns,
-                    api_key=request.api_key,
-                    api_version=request.api_version,
-                    upstream_api_version=request.upstream_api_version,
-                    correlation_id=request.correlation_id,
-                    client_id=request.client_id,
-                    group_id=request.group_id,
-                    client_payload=client_payload,
-                    upstream_payload=payload,
-                )
-            )
+            self._recorded(record_of(self.conn, "response", self._now_ns, request, client_payload, payload))
         return client_payload
 
 

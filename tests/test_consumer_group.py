@@ -25,6 +25,7 @@ from replay.coordinator.consumer import (
     assign,
 )
 from replay.coordinator.consumer.assignors import java_hash_order, java_string_hash, java_uuid_hash
+from tests.support.group_ops import op_lists
 
 FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID = ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id
 GROUP_ID_NOT_FOUND, UNRELEASED_INSTANCE_ID = ErrorCode.group_id_not_found, ErrorCode.unreleased_instance_id
@@ -253,11 +254,7 @@ def test_java_hashes() -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.lists(
-        st.tuples(st.sampled_from(["beat", "join", "leave", "static_leave", "wait"]), st.integers(0, 4)),
-        min_size=1,
-        max_size=60,
-    ),
+    op_lists(("beat", "join", "leave", "static_leave", "wait"), 5, min_size=1, max_size=60),
     st.sampled_from(["uniform", "range"]),
     st.integers(1, 9),
 )
@@ -379,7 +376,7 @@ def test_service_answers_kio_requests_and_respects_classic_groups() -> None:
             group_id, member_id, epoch, rebalance_timeout_ms=1000, subscribed_topic_names=("t",), owned={}
         )
         return service.heartbeat(
-            0, heartbeat_to_kio(request), 1, "client", "/127.0.0.1", classic.get, dropped.append
+            0, heartbeat_to_kio(request), 1, "client", "/127.0.0.1", classic.get(group_id), dropped.append
         )
 
     answer = beat("g")

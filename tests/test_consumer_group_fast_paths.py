@@ -29,16 +29,13 @@ from replay.coordinator.consumer.group import (
 )
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.consumer.wire import heartbeat_response_from_kio, heartbeat_to_kio
+from tests.support.group_ops import heartbeat_of, op_lists
 
 TOPIC = uuid.UUID(int=7)
 _SUBSCRIPTIONS = (("t",), ("u",), ("t", "u"), ("t", "later"))
-_OPS = st.lists(
-    st.tuples(
-        st.sampled_from(
-            ["join", "join", "beat", "round", "round", "resend", "leave", "static_leave", "wait", "grow"]
-        ),
-        st.integers(0, 5),
-    ),
+_OPS = op_lists(
+    ("join", "join", "beat", "round", "round", "resend", "leave", "static_leave", "wait", "grow"),
+    6,
     min_size=1,
     max_size=70,
 )
@@ -73,11 +70,9 @@ def _drive(  # noqa: C901 - one interpreter over the random operations
                 "owned": {},
                 "instance": f"pod-{who}" if who % 2 else None,
             }
-            request = HeartbeatRequest(
-                "g",
-                client["id"],
+            request = heartbeat_of(
+                client,
                 0,
-                instance_id=client["instance"],
                 rebalance_timeout_ms=30_000,
                 subscribed_topic_names=_SUBSCRIPTIONS[who % 4] if mixed else ("t",),
                 server_assignor=assignor if who % 3 else None,
@@ -88,11 +83,9 @@ def _drive(  # noqa: C901 - one interpreter over the random operations
             if op == "static_leave" and client["instance"] is None:
                 epoch = -1
             resend = op == "resend"
-            request = HeartbeatRequest(
-                "g",
-                client["id"],
+            request = heartbeat_of(
+                client,
                 epoch,
-                instance_id=client["instance"],
                 rebalance_timeout_ms=30_000 if resend else -1,
                 server_assignor=(assignor if who % 3 else None) if resend else None,
                 owned=dict(client["owned"]),
@@ -109,7 +102,7 @@ def _drive(  # noqa: C901 - one interpreter over the random operations
             if via_kio:
                 api_version = 1 if who % 2 else 0
                 kio_answer = service.heartbeat(
-                    now, heartbeat_to_kio(request, api_version), api_version, "", "", _no_classic, _no_classic
+                    now, heartbeat_to_kio(request, api_version), api_version, "", "", None, _drop_nothing
                 )
                 seen.append(kio_answer)
                 answer = heartbeat_response_from_kio(kio_answer)
@@ -132,7 +125,7 @@ def _drive(  # noqa: C901 - one interpreter over the random operations
     return seen
 
 
-def _no_classic(group_id: str) -> None:
+def _drop_nothing(group_id: str) -> None:
     return None
 
 

@@ -24,6 +24,7 @@ from replay.coordinator.consumer import (
 )
 from replay.coordinator.consumer.assignors import java_hash_order
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember
+from tests.support.group_ops import heartbeat_of, op_lists
 from tests.support.reference_uniform import reference_uniform_homogeneous
 
 _REAL_NEXT_TARGET = incremental.next_target
@@ -74,14 +75,8 @@ class _Checked:
         return result
 
 
-_OPS = st.lists(
-    st.tuples(
-        st.sampled_from(
-            ["join", "join", "leave", "leave", "replace", "beat", "round", "grow", "other", "name"]
-        ),
-        st.integers(0, 99),
-    ),
-    max_size=40,
+_OPS = op_lists(
+    ("join", "join", "leave", "leave", "replace", "beat", "round", "grow", "other", "name"), 100, max_size=40
 )
 
 
@@ -101,11 +96,9 @@ class _Run:
         self.now += 500
         sent = client["epoch"] if epoch is None else epoch
         joining = sent == 0
-        request = HeartbeatRequest(
-            "g",
-            client["id"],
+        request = heartbeat_of(
+            client,
             sent,
-            instance_id=client["instance"],
             rebalance_timeout_ms=30_000 if joining else -1,
             subscribed_topic_names=client["topics"] if joining or "topics" in fields else None,
             server_assignor=fields.get("assignor"),

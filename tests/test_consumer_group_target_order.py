@@ -13,6 +13,7 @@ record order was modelled the reference broke such ties by topic id and disagree
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -21,23 +22,27 @@ from replay.coordinator.consumer.assignors import java_hash_order
 from replay.coordinator.consumer.maporder import JavaUuidMapOrder, record_order, uuid_spread
 from tests.test_consumer_group_differential import SCENARIOS, Side, play
 
-# (t name, u name, t id, u id, what a kept once b had joined) - seen on Kafka 4.0.1 (broker log
-# "Computed a new target assignment for epoch 3": a keeps t whole, or u and t-0).
+# What `a` kept once `b` had joined (broker log "Computed a new target assignment for epoch 3"):
+# t whole, or u and t-0.
+T_WHOLE = ("t-0", "t-1", "t-2")
+U_AND_T0 = ("t-0", "u-0", "u-1")
+
+
+def _tie(run: int, serial: int, t_id: str, u_id: str, kept: tuple[str, ...]) -> tuple[Any, ...]:
+    """One case as (t name, u name, t id, u id, kept): the scenario's run `run` named its topics
+    cg-t-RUN-SERIAL and cg-u-RUN-SERIAL+1."""
+    return (f"cg-t-{run}-{serial}", f"cg-u-{run}-{serial + 1}", t_id, u_id, kept)
+
+
+# Seen on Kafka 4.0.1: (run, serial, t id, u id, what a kept).
 TIES = [
-    ("cg-t-17557-70", "cg-u-17557-71", "5b701dae-faa2-4df6-a7a5-3481dd63341b",
-     "21c90cd2-8b89-4c77-851f-d13ee0f2c0f0", ("t-0", "t-1", "t-2")),
-    ("cg-t-17557-82", "cg-u-17557-83", "ba95eb11-f0b8-44a6-8cb8-14bdbd83a43d",
-     "6859aa1d-f396-492f-89c2-5a522166963a", ("t-0", "u-0", "u-1")),
-    ("cg-t-13730-91", "cg-u-13730-92", "a8e2a357-152c-4ba3-911e-15acbc7ce5dd",
-     "d187023c-6eec-48e4-85fd-d32159abb65d", ("t-0", "t-1", "t-2")),
-    ("cg-t-13730-94", "cg-u-13730-95", "d0e3f018-4b57-4ced-a630-2a830c856527",
-     "a7aaed27-ea8b-4393-823b-0a4e3d5d44cd", ("t-0", "u-0", "u-1")),
-    ("cg-t-22747-40", "cg-u-22747-41", "eaf3f582-782e-430f-971f-fe41556950f9",
-     "19c7a601-b5b7-4562-9055-f9dba5e31bc0", ("t-0", "t-1", "t-2")),
-    ("cg-t-22747-73", "cg-u-22747-74", "dbfa13ac-fb1e-4c1c-88a7-46ca3dae25e7",
-     "9ed3b13c-e209-4809-906f-913c635524d9", ("t-0", "t-1", "t-2")),
-    ("cg-t-22747-76", "cg-u-22747-77", "c9e4f8ca-c2e0-4c32-8161-040c231ffa4e",
-     "395d2af5-e901-45dc-abc0-1e9a052740d8", ("t-0", "t-1", "t-2")),
+    _tie(17557, 70, "5b701dae-faa2-4df6-a7a5-3481dd63341b", "21c90cd2-8b89-4c77-851f-d13ee0f2c0f0", T_WHOLE),
+    _tie(17557, 82, "ba95eb11-f0b8-44a6-8cb8-14bdbd83a43d", "6859aa1d-f396-492f-89c2-5a522166963a", U_AND_T0),
+    _tie(13730, 91, "a8e2a357-152c-4ba3-911e-15acbc7ce5dd", "d187023c-6eec-48e4-85fd-d32159abb65d", T_WHOLE),
+    _tie(13730, 94, "d0e3f018-4b57-4ced-a630-2a830c856527", "a7aaed27-ea8b-4393-823b-0a4e3d5d44cd", U_AND_T0),
+    _tie(22747, 40, "eaf3f582-782e-430f-971f-fe41556950f9", "19c7a601-b5b7-4562-9055-f9dba5e31bc0", T_WHOLE),
+    _tie(22747, 73, "dbfa13ac-fb1e-4c1c-88a7-46ca3dae25e7", "9ed3b13c-e209-4809-906f-913c635524d9", T_WHOLE),
+    _tie(22747, 76, "c9e4f8ca-c2e0-4c32-8161-040c231ffa4e", "395d2af5-e901-45dc-abc0-1e9a052740d8", T_WHOLE),
 ]  # fmt: skip
 
 

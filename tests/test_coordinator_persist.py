@@ -54,8 +54,8 @@ def test_a_completed_generation_and_offsets_survive_a_restart() -> None:
     assert loaded.static_members == {"static-a": ids[1], "static-c": ids[3]}
     for member_id, member in group.members.items():
         back = loaded.members[member_id]
-        assert (back.client_id, back.session_timeout_ms, back.rebalance_timeout_ms, back.assignment) == (
-            member.client_id,
+        assert (back.identity, back.session_timeout_ms, back.rebalance_timeout_ms, back.assignment) == (
+            member.identity,
             member.session_timeout_ms,
             member.rebalance_timeout_ms,
             member.assignment,

@@ -186,6 +186,6 @@ def test_a_sasl_ssl_cluster_through_the_proxy(kafka_cluster, _secure_setup, tmp_
     capture = read_capture(path)
     assert capture.damage is None
     upstream_ports = {parse_hostport(c.upstream)[1] for c in capture.connections.values() if c.upstream}
-    node_ports = {parse_hostport(b.listener_bootstrap("SASL_SSL"))[1] for b in kafka_cluster.brokers}
+    node_ports = {parse_hostport(b.listener_bootstrap("SASL_SSL"))[1] for b in kafka_cluster.nodes}
     assert upstream_ports <= node_ports and len(upstream_ports) >= 2, (upstream_ports, node_ports)
     _secrets_absent(path, output)

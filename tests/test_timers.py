@@ -18,12 +18,32 @@ from replay.coordinator.timers import KeyedTimers
 
 _KEYS = [f"k{i}" for i in range(6)]
 
+Op = tuple[str, str, int]  # (operation, key, deadline or step): what `_run` interprets
+
+
+def schedule(key: str, deadline_ms: int) -> Op:
+    return ("schedule", key, deadline_ms)
+
+
+def cancel(key: str) -> Op:
+    return ("cancel", key, 0)
+
+
+def advance(step_ms: int) -> Op:
+    return ("advance", "", step_ms)
+
+
+def peek(key: str) -> Op:
+    return ("peek", key, 0)
+
+
+_key = st.sampled_from(_KEYS)
 _ops = st.lists(
     st.one_of(
-        st.tuples(st.just("schedule"), st.sampled_from(_KEYS), st.integers(0, 40)),
-        st.tuples(st.just("cancel"), st.sampled_from(_KEYS), st.just(0)),
-        st.tuples(st.just("advance"), st.just(""), st.integers(0, 15)),
-        st.tuples(st.just("peek"), st.sampled_from(_KEYS), st.just(0)),
+        st.builds(schedule, _key, st.integers(0, 40)),
+        st.builds(cancel, _key),
+        st.builds(advance, st.integers(0, 15)),
+        st.builds(peek, _key),
     ),
     max_size=200,
 )
@@ -54,7 +74,7 @@ def _action(label: str) -> object:
     return lambda now_ms: (label, now_ms)
 
 
-def _run(ops: list[tuple[str, str, int]]) -> None:
+def _run(ops: list[Op]) -> None:
     timers, model = KeyedTimers(), _Eager()
     now_ms = most_live = 0
     for step, (op, key, value) in enumerate(ops):
@@ -89,47 +109,22 @@ def _run(ops: list[tuple[str, str, int]]) -> None:
 @settings(max_examples=300, deadline=None)
 @given(_ops)
 # k0 moved later in place, k1 due between its two deadlines: k1 fires, k0 does not.
-@example([("schedule", "k0", 10), ("schedule", "k0", 30), ("schedule", "k1", 20), ("advance", "", 25)])
+@example([schedule("k0", 10), schedule("k0", 30), schedule("k1", 20), advance(25)])
 # k0 moved to k1's deadline after k1 was scheduled: k1 fires first.
-@example([("schedule", "k0", 10), ("schedule", "k1", 20), ("schedule", "k0", 20), ("advance", "", 20)])
+@example([schedule("k0", 10), schedule("k1", 20), schedule("k0", 20), advance(20)])
 # k0 cancelled, then scheduled again later (its parked entry live again): fires at 30 only.
-@example(
-    [
-        ("schedule", "k0", 10),
-        ("cancel", "k0", 0),
-        ("schedule", "k0", 30),
-        ("advance", "", 15),
-        ("peek", "k0", 0),
-        ("advance", "", 20),
-    ]
-)
+@example([schedule("k0", 10), cancel("k0"), schedule("k0", 30), advance(15), peek("k0"), advance(20)])
 # k0 cancelled, then scheduled again earlier than its heap entry (a new entry): fires at 5.
-@example(
-    [
-        ("schedule", "k0", 10),
-        ("cancel", "k0", 0),
-        ("schedule", "k0", 5),
-        ("advance", "", 7),
-        ("peek", "k0", 0),
-    ]
-)
+@example([schedule("k0", 10), cancel("k0"), schedule("k0", 5), advance(7), peek("k0")])
 # k0 cancelled and its heap entry dropped, then scheduled again.
-@example(
-    [
-        ("schedule", "k0", 10),
-        ("cancel", "k0", 0),
-        ("advance", "", 12),
-        ("schedule", "k0", 3),
-        ("advance", "", 3),
-    ]
-)
-def test_keyed_timers_fire_as_the_eager_model(ops: list[tuple[str, str, int]]) -> None:
+@example([schedule("k0", 10), cancel("k0"), advance(12), schedule("k0", 3), advance(3)])
+def test_keyed_timers_fire_as_the_eager_model(ops: list[Op]) -> None:
     _run(ops)
 
 
 @settings(max_examples=100, deadline=None)
 @given(_ops)
-def test_keyed_timers_fire_as_the_eager_model_through_compactions(ops: list[tuple[str, str, int]]) -> None:
+def test_keyed_timers_fire_as_the_eager_model_through_compactions(ops: list[Op]) -> None:
     """The same with a heap rebuilt every few schedules (a compaction makes every entry exact)."""
     slack = timers_module.COMPACT_SLACK
     timers_module.COMPACT_SLACK = 2

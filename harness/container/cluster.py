@@ -34,7 +34,7 @@ from pathlib import Path
 
 from harness import paths
 from harness.broker import BrokerState
-from harness.cluster import CLUSTER_SETTINGS, ClusterState
+from harness.cluster import CLUSTER_SETTINGS, ClusterState, NodeCluster
 from harness.container.kafka import (
     BROKER_PORT,
     CONTROLLER_PORT,
@@ -43,7 +43,6 @@ from harness.container.kafka import (
 )
 from harness.launch import BrokerError, cluster_id
 from harness.maven import ProgressCallback
-from harness.owned import StopsOnExit
 
 INTERNAL_PORT = 9094
 
@@ -85,29 +84,18 @@ class ClusterNodeContainer(ApacheKafkaContainer):
 
 
 @dataclass(eq=False)
-class ContainerCluster(StopsOnExit):
+class ContainerCluster(NodeCluster[ClusterNodeContainer]):
     """Running node containers (ids 1..N); `bootstrap` lists every running node's mapped port."""
 
     nodes: list[ClusterNodeContainer]
 
-    @property
-    def kafka_version(self) -> str:
-        return self.nodes[0].kafka_version
-
-    def node(self, node_id: int) -> ClusterNodeContainer:
-        return self.nodes[node_id - 1]
-
-    def running(self, node_id: int) -> bool:
-        wrapped = self.node(node_id).get_wrapped_container()
+    def is_up(self, node: ClusterNodeContainer) -> bool:
+        wrapped = node.get_wrapped_container()
         try:
             wrapped.reload()
         except Exception:  # removed
             return False
         return bool(wrapped.status == "running")
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(node.bootstrap for node in self.nodes if self.running(node.node_id))
 
     def kill(self, node_id: int) -> None:
         """SIGKILL the node's container (a crash: no controlled shutdown)."""

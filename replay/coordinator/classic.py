@@ -243,9 +243,9 @@ class ClassicGroupManager(JoinGroupHandling):
                         member_cls,
                         {
                             "member_id": m.member_id,
-                            "group_instance_id": m.group_instance_id,
-                            "client_id": m.client_id,
-                            "client_host": m.client_host,
+                            "group_instance_id": m.identity.group_instance_id,
+                            "client_id": m.identity.client_id,
+                            "client_host": m.identity.client_host,
                             "member_metadata": m.metadata(group.protocol_name)
                             if stable and group.protocol_name
                             else b"",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from proxy.wire.codec import CodecError
 from proxy.wire.consumer_protocol import decode_subscription_topics
 from replay.coordinator.hashorder import MemberMapKind, hash_order
+from replay.coordinator.records import MemberIdentity
 from replay.coordinator.types import (
     VALID_PREVIOUS_STATES,
     GroupState,
@@ -28,13 +29,12 @@ Protocols = tuple[tuple[str, bytes], ...]
 
 @dataclass(slots=True)
 class Member:
-    """MemberMetadata.scala. `awaiting_join`/`awaiting_sync` hold the parked request's context
-    (Kafka's awaitingJoinCallback/awaitingSyncCallback)."""
+    """MemberMetadata.scala. `identity` is what never changes (its group.instance.id, client id
+    and host: the value its log record holds too); `awaiting_join`/`awaiting_sync` hold the parked
+    request's context (Kafka's awaitingJoinCallback/awaitingSyncCallback)."""
 
     member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
+    identity: MemberIdentity
     rebalance_timeout_ms: int
     session_timeout_ms: int
     protocol_type: str
@@ -49,7 +49,7 @@ class Member:
 
     @property
     def is_static(self) -> bool:
-        return self.group_instance_id is not None
+        return self.identity.group_instance_id is not None
 
     def has_satisfied_heartbeat(self) -> bool:
         """MemberMetadata.hasSatisfiedHeartbeat at the moment a heartbeat deadline fires.
@@ -155,12 +155,13 @@ class ClassicGroup:
         return self.static_members.get(group_instance_id)
 
     def add(self, member: Member, awaiting_join: RequestContext | None) -> None:
-        if member.group_instance_id is not None:
-            if member.group_instance_id in self.static_members:
+        group_instance_id = member.identity.group_instance_id
+        if group_instance_id is not None:
+            if group_instance_id in self.static_members:
                 raise AssertionError(
-                    f"static member {member.group_instance_id} cannot be added twice to {self.group_id}"
+                    f"static member {group_instance_id} cannot be added twice to {self.group_id}"
                 )
-            self.static_members[member.group_instance_id] = member.member_id
+            self.static_members[group_instance_id] = member.member_id
         if not self.members:
             self.protocol_type = member.protocol_type
         if self.leader_id is None:
@@ -179,8 +180,9 @@ class ClassicGroup:
             self._count_protocols(member.protocols, -1)
             if member.awaiting_join is not None:
                 self.num_awaiting_join -= 1
-            if member.group_instance_id is not None:
-                self.static_members.pop(member.group_instance_id, None)
+            group_instance_id = member.identity.group_instance_id
+            if group_instance_id is not None:
+                self.static_members.pop(group_instance_id, None)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.ordered_member_ids()), None)
         self.pending_members.discard(member_id)
@@ -331,4 +333,4 @@ class ClassicGroup:
             raise AssertionError(f"cannot list member metadata of group {self.group_id} in {self.state}")
         name = self.protocol_name
         members = (self.members[member_id] for member_id in self.ordered_member_ids())
-        return [(m.member_id, m.group_instance_id, m.metadata(name)) for m in members]
+        return [(m.member_id, m.identity.group_instance_id, m.metadata(name)) for m in members]

@@ -23,6 +23,7 @@ from replay.coordinator.codes import (
 from replay.coordinator.group import ClassicGroup, Member
 from replay.coordinator.persist import store_group
 from replay.coordinator.rebalance import Rebalancing
+from replay.coordinator.records import MemberIdentity
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key
 from replay.coordinator.types import GroupEventKind, GroupState, RequestContext
 
@@ -174,9 +175,7 @@ class JoinGroupHandling(Rebalancing):
         a pending member, the only other caller, is always dynamic)."""
         member = Member(
             member_id=member_id,
-            group_instance_id=request.group_instance_id,
-            client_id=ctx.client_id,
-            client_host=ctx.client_host,
+            identity=MemberIdentity(request.group_instance_id, ctx.client_id, ctx.client_host),
             rebalance_timeout_ms=request.rebalance_timeout_ms,
             session_timeout_ms=request.session_timeout_ms,
             protocol_type=request.protocol_type,

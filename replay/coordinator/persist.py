@@ -45,9 +45,7 @@ def group_metadata_record(group: ClassicGroup) -> GroupMetadataRecord:
     members = tuple(
         MemberMetadata(
             member_id=m.member_id,
-            group_instance_id=m.group_instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
+            identity=m.identity,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             session_timeout_ms=m.session_timeout_ms,
             subscription=m.metadata(protocol) if protocol is not None else b"",
@@ -109,9 +107,7 @@ def loaded_group(value: GroupMetadataValue, group: ClassicGroup) -> None:
             rebalance_timeout_ms = m.session_timeout_ms
         member = Member(
             member_id=m.member_id,
-            group_instance_id=m.group_instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
+            identity=m.identity,
             rebalance_timeout_ms=rebalance_timeout_ms,
             session_timeout_ms=m.session_timeout_ms,
             protocol_type=value.protocol_type,

@@ -31,13 +31,25 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
+class MemberIdentity:
+    """Who a classic member is, fixed for its life: its group.instance.id and its client's id and
+    host (the `val`s of Scala's MemberMetadata; ClassicGroup.replaceStaticMember hands them to
+    the replacement). The live member (`replay.coordinator.group.Member`) and its log record
+    (`MemberMetadata`) hold this one value. Not in it: the member id, which a static replacement
+    changes, and the timeouts, which every JoinGroup updates (GroupMetadata.updateMember) and
+    every heartbeat reads."""
+
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadata:
     """GroupMetadataValue.MemberMetadata."""
 
     member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
+    identity: MemberIdentity
     rebalance_timeout_ms: int
     session_timeout_ms: int
     subscription: bytes
@@ -152,9 +164,9 @@ def _group_value(value: GroupMetadataValue | None) -> dict[str, Any] | None:
         "members": [
             {
                 "memberId": m.member_id,
-                "groupInstanceId": m.group_instance_id,
-                "clientId": m.client_id,
-                "clientHost": m.client_host,
+                "groupInstanceId": m.identity.group_instance_id,
+                "clientId": m.identity.client_id,
+                "clientHost": m.identity.client_host,
                 "rebalanceTimeout": m.rebalance_timeout_ms,
                 "sessionTimeout": m.session_timeout_ms,
                 "subscription": m.subscription.hex(),
@@ -210,11 +222,12 @@ def _decode_group_value(v: dict[str, Any]) -> GroupMetadataValue:
 
 
 def _decode_member(m: dict[str, Any]) -> MemberMetadata:
+    identity = MemberIdentity(
+        _text(m, "groupInstanceId", nullable=True), _text(m, "clientId"), _text(m, "clientHost")
+    )
     return MemberMetadata(
         member_id=_text(m, "memberId"),
-        group_instance_id=_text(m, "groupInstanceId", nullable=True),
-        client_id=_text(m, "clientId"),
-        client_host=_text(m, "clientHost"),
+        identity=identity,
         rebalance_timeout_ms=_int(m, "rebalanceTimeout"),
         session_timeout_ms=_int(m, "sessionTimeout"),
         subscription=_bytes(m, "subscription"),
@@ -254,6 +267,7 @@ __all__ = [
     "CoordinatorEpochRecord",
     "GroupMetadataRecord",
     "GroupMetadataValue",
+    "MemberIdentity",
     "MemberMetadata",
     "OffsetCommitRecord",
     "OffsetCommitValue",

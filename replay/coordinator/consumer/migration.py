@@ -33,7 +33,6 @@ epochs, assignments, DescribeGroups / ConsumerGroupDescribe group types and stat
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -56,27 +55,16 @@ from replay.coordinator.consumer.group import (
 )
 from replay.coordinator.consumer.types import HeartbeatError
 from replay.coordinator.group import ClassicGroup, Member
+from replay.coordinator.records import MemberIdentity
 from replay.coordinator.types import GroupState
 
 
-def member_views(old: ClassicGroup, respond: Callable[[Any, Any], None]) -> list[ClassicMemberView]:
-    """convertToConsumerGroup's view of the classic group's members; their parked JoinGroup and
-    SyncGroup requests are answered REBALANCE_IN_PROGRESS (completeAllJoinFutures /
-    completeAllSyncFutures)."""
-    views = [
-        ClassicMemberView(
-            m.member_id,
-            m.group_instance_id,
-            m.client_id,
-            m.client_host,
-            m.rebalance_timeout_ms,
-            m.session_timeout_ms,
-            m.protocols,
-            m.assignment,
-        )
-        for m in old.members.values()
-    ]
-    for m in old.members.values():
+def member_views(old: ClassicGroup, respond: Callable[[Any, Any], None]) -> list[Member]:
+    """The classic group's members, which convertToConsumerGroup reads (fromClassicGroup reads
+    the ClassicGroupMembers themselves); their parked JoinGroup and SyncGroup requests are
+    answered REBALANCE_IN_PROGRESS (completeAllJoinFutures / completeAllSyncFutures)."""
+    views = list(old.members.values())
+    for m in views:
         parked = old.take_join(m)
         if parked is not None:
             respond(
@@ -119,7 +107,7 @@ def from_classic_group(
     group_id: str,
     generation_id: int,
     protocol_name: str,
-    members: list[ClassicMemberView],
+    members: list[Member],
 ) -> ConsumerGroup:
     """ConsumerGroup.fromClassicGroup (convertToConsumerGroup's error mapping included)."""
     group = ConsumerGroup(group_id, group_epoch=generation_id, assignment_epoch=generation_id)
@@ -149,10 +137,10 @@ def from_classic_group(
             member_epoch=generation_id,
             previous_member_epoch=generation_id,
             state=MemberState.STABLE,
-            instance_id=m.instance_id,
+            instance_id=m.identity.group_instance_id,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
-            client_id=m.client_id,
-            client_host=m.client_host,
+            client_id=m.identity.client_id,
+            client_host=m.identity.client_host,
             subscribed_topic_names=frozenset(subscription.topics),
             assigned=assigned,
             classic=ClassicMemberMetadata(m.session_timeout_ms, m.protocols),
@@ -168,20 +156,6 @@ def _metadata(protocols: tuple[tuple[str, bytes], ...], name: str) -> bytes:
         if protocol == name:
             return metadata
     raise CodecError(f"no metadata for protocol {name}")
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicMemberView:
-    """What fromClassicGroup reads of a classic member (replay.coordinator.group.Member)."""
-
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-    assignment: bytes
 
 
 def classic_group_from(
@@ -204,9 +178,7 @@ def classic_group_from(
         assert m.classic is not None
         member = Member(
             m.member_id,
-            m.instance_id,
-            m.client_id,
-            m.client_host,
+            MemberIdentity(m.instance_id, m.client_id, m.client_host),
             m.rebalance_timeout_ms,
             m.classic.session_timeout_ms,
             CONSUMER_PROTOCOL_TYPE,
@@ -221,7 +193,6 @@ def classic_group_from(
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
-    "ClassicMemberView",
     "classic_group_from",
     "from_classic_group",
     "member_views",

@@ -57,7 +57,6 @@ from replay.coordinator.timers import KeyedTimers
 from replay.coordinator.types import RequestContext
 
 # ClassicGroupState of a group id that is a classic group: None = no classic group by that id.
-ClassicLookup = Callable[[str], str | None]
 _NONE = ErrorCode.none  # an enum attribute is looked up in Python on 3.11
 
 
@@ -119,7 +118,7 @@ class ConsumerGroupService:
     def handle_heartbeat(self, ctx: RequestContext, request: Any, _: Any) -> None:
         runtime = self._runtime()
         classic = runtime.classic_groups.get(request.group_id)
-        answer = self._heartbeat(
+        answer = self.heartbeat(
             runtime.now_ms(),
             request,
             ctx.api_version,
@@ -167,26 +166,11 @@ class ConsumerGroupService:
         api_version: int,
         client_id: str,
         client_host: str,
-        classic_state: ClassicLookup,
-        drop_empty_classic_group: Callable[[str], None],
-    ) -> Any:
-        """ConsumerGroupHeartbeat: `classic_state` tells whether the group id is a classic group
-        (and its state); `drop_empty_classic_group` deletes an empty one being replaced."""
-        state = classic_state(request.group_id)
-        return self._heartbeat(
-            now_ms, request, api_version, client_id, client_host, state, drop_empty_classic_group
-        )
-
-    def _heartbeat(
-        self,
-        now_ms: int,
-        request: Any,
-        api_version: int,
-        client_id: str,
-        client_host: str,
         state: str | None,
         drop_empty_classic_group: Callable[[str], None],
     ) -> Any:
+        """ConsumerGroupHeartbeat: `state` is the state of the classic group the group id names
+        (None: no classic group); `drop_empty_classic_group` deletes an empty one being replaced."""
         if state is None:
             answer = steady_from_kio(self.coordinator, now_ms, request, client_id, client_host)
             if answer is not None:
@@ -573,4 +557,4 @@ class ConsumerGroupService:
         ]
 
 
-__all__ = ["ClassicLookup", "ConsumerGroupService", "ListedGroup"]
+__all__ = ["ConsumerGroupService", "ListedGroup"]
