@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import paths
-from harness.broker import start_broker
+from harness.broker import BrokerSpec, start_broker
 from harness.lines import KAFKA_4X, KAFKA_39
 from harness.maven import java_path
 
@@ -47,7 +47,7 @@ def _measure(case: str, runs: int, action: Callable[[], None]) -> Row:
 
 def _start_stop(kafka_version: str) -> Callable[[], None]:
     def action() -> None:
-        start_broker(kafka_version).stop()  # stop is outside "ready" but inside the timing: small
+        start_broker(BrokerSpec(kafka_version)).stop()  # stop is outside "ready" but inside the timing: small
 
     return action
 
@@ -61,7 +61,7 @@ def _cold(kafka_version: str) -> Callable[[], None]:
             os.environ[paths.CACHE_ENV] = f"{tmp}/cache"
             os.environ[paths.MAVEN_REPO_ENV] = f"{tmp}/m2"
             try:
-                start_broker(kafka_version).stop()
+                start_broker(BrokerSpec(kafka_version)).stop()
             finally:
                 for key, value in saved.items():
                     if value is None:
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     ]
     for version in (KAFKA_39, KAFKA_4X):
-        start_broker(version).stop()  # make sure the warm cache exists before timing warm starts
+        start_broker(BrokerSpec(version)).stop()  # make sure the warm cache exists before timing warm starts
         if not args.no_cold:
             rows.append(_measure(f"process {version} cold (download jars)", 1, _cold(version)))
         rows.append(_measure(f"process {version} warm", args.repeats, _start_stop(version)))

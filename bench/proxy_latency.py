@@ -60,12 +60,12 @@ def main() -> int:
     args = parser.parse_args()
     relays = (*RELAYS, *([BASELINE] if args.baseline else []))
     from harness.admin import create_topic
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
     from harness.lines import KAFKA_39
 
     p50: dict[str, list[float]] = {relay: [] for relay in relays}
     p99: dict[str, list[float]] = {relay: [] for relay in relays}
-    with start_broker(KAFKA_39) as broker, tempfile.TemporaryDirectory(prefix="latency-") as tmp:
+    with start_broker(BrokerSpec(KAFKA_39)) as broker, tempfile.TemporaryDirectory(prefix="latency-") as tmp:
         create_topic(broker.bootstrap, "latency", 1)
         for round_ in range(args.rounds):
             for relay in relays if round_ % 2 == 0 else relays[::-1]:

@@ -281,7 +281,7 @@ def kafka_tool(libs: Path, main: str, *tool_args: str) -> str:
 
 def broker_loads(args: argparse.Namespace, relays: list[str], workdir: Path) -> list[Result]:
     from harness.admin import create_topic
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
 
     libs = kafka_tools_libs()
     results: list[Result] = []
@@ -321,7 +321,7 @@ def broker_loads(args: argparse.Namespace, relays: list[str], workdir: Path) -> 
         print(f"  broker / {kind}: producer {float(rate):,.0f} rec/s", file=sys.stderr)
 
     # Broker 1: direct and the proxy (which rewrites broker addresses itself).
-    broker = start_broker(KAFKA_TOOLS_VERSION, progress=None)
+    broker = start_broker(BrokerSpec(KAFKA_TOOLS_VERSION), progress=None)
     try:
         port = broker.plan.port
         for kind in [r for r in relays if r != "haproxy"]:
@@ -337,8 +337,10 @@ def broker_loads(args: argparse.Namespace, relays: list[str], workdir: Path) -> 
     if "haproxy" in relays:
         haproxy_port = free_port()
         broker = start_broker(
-            KAFKA_TOOLS_VERSION,
-            extra_config={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{haproxy_port}"},
+            BrokerSpec(
+                KAFKA_TOOLS_VERSION,
+                extra_config={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{haproxy_port}"},
+            ),
             progress=None,
         )
         try:
@@ -362,7 +364,7 @@ def tls_loads(args: argparse.Namespace, workdir: Path) -> list[Result]:
     originates to the broker verifying its chain), and to the proxy (--client-tls-*,
     --upstream-tls-ca; without and with recording, group scope)."""
     from harness.admin import create_topic
-    from harness.broker import SecureListener, start_broker
+    from harness.broker import BrokerSpec, SecureListener, start_broker
     from harness.certs import make_ca
 
     libs = kafka_tools_libs()
@@ -401,7 +403,7 @@ def tls_loads(args: argparse.Namespace, workdir: Path) -> list[Result]:
         print(f"  broker TLS / {kind}: producer {float(rate):,.0f} rec/s", file=sys.stderr)
 
     listener = SecureListener("SSL", keystore_pem=str(broker_leaf.bundle), truststore_pem=str(ca.cert))
-    broker = start_broker(KAFKA_TOOLS_VERSION, secure_listeners=(listener,), progress=None)
+    broker = start_broker(BrokerSpec(KAFKA_TOOLS_VERSION, secure_listeners=(listener,)), progress=None)
     try:
         ssl_address = broker.listener_bootstrap("SSL")
         run("direct", ssl_address, broker.bootstrap)
@@ -428,7 +430,7 @@ def tls_loads(args: argparse.Namespace, workdir: Path) -> list[Result]:
             truststore_pem=str(ca.cert),
             advertised_port=haproxy_port,
         )
-        broker = start_broker(KAFKA_TOOLS_VERSION, secure_listeners=(advertised,), progress=None)
+        broker = start_broker(BrokerSpec(KAFKA_TOOLS_VERSION, secure_listeners=(advertised,)), progress=None)
         try:
             ssl_port = broker.listener_bootstrap("SSL").rsplit(":", 1)[1]
             config = workdir / "haproxy-tls.cfg"

@@ -407,12 +407,12 @@ def main() -> int:
     if min(args.members, args.canary, args.partitions, args.fuzz_threads) < 1 or args.minutes <= 0:
         _parser().error("counts and --minutes must be positive")
 
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
     from harness.lines import KAFKA_39
 
     scratch = Path(tempfile.mkdtemp(prefix="soak-group-"))
     capture, proxy_log = scratch / "soak.pcapng", scratch / "proxy.log"
-    broker = start_broker(KAFKA_39, None, None, progress=None)
+    broker = start_broker(BrokerSpec(KAFKA_39), progress=None)
     proxy = None
     run = Soak(
         args,

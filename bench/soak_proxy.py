@@ -92,10 +92,10 @@ def slow_reader(args: argparse.Namespace) -> list[tuple[str, str]]:
     broker = None
     echo = None
     if args.kafka:
-        from harness.broker import start_broker
+        from harness.broker import BrokerSpec, start_broker
         from harness.lines import KAFKA_39
 
-        broker = start_broker(KAFKA_39, False, None, progress=None)
+        broker = start_broker(BrokerSpec(KAFKA_39, new_coordinator=False), progress=None)
         upstream = broker.bootstrap.rsplit(":", 1)
         port = int(upstream[1])
         make = _api_versions
@@ -274,11 +274,11 @@ def transparency(args: argparse.Namespace) -> list[tuple[str, str]]:
     """Mutated group-API frames sent to a real broker directly and through the proxy, one
     connection each: how often the proxy closed a connection the broker answered (issue 18
     defect 6: it may close only frames it must change)."""
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
     from harness.lines import KAFKA_39
     from tests.test_wire_bounds import _group_frames
 
-    broker = start_broker(KAFKA_39, False, None, progress=None)
+    broker = start_broker(BrokerSpec(KAFKA_39, new_coordinator=False), progress=None)
     host, port = broker.bootstrap.rsplit(":", 1)
     direct = (host, int(port))
     proxy = BackgroundProxy(ProxyConfig(upstream=direct))

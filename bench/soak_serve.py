@@ -70,10 +70,10 @@ def run_serve(seconds: float, seed: int, connections: int, topic: str) -> tuple[
 
 def run_kafka(seconds: float, seed: int, connections: int) -> tuple[FuzzReport, str]:
     from harness.admin import create_topic
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
     from harness.lines import KAFKA_39
 
-    broker = start_broker(KAFKA_39, False, None, progress=None)
+    broker = start_broker(BrokerSpec(KAFKA_39, new_coordinator=False), progress=None)
     try:
         topic = f"fuzz-{int(time.time())}"
         create_topic(broker.bootstrap, topic, TOPIC_PARTITIONS)

@@ -172,7 +172,7 @@ def _record(args: argparse.Namespace, paths: DemoPaths, steps: Steps) -> Any:
     """Steps 1-2: a broker (unless --bootstrap), the proxy recording in front of it, the group."""
     from demo.group import render_table, run_group
     from harness.admin import create_topic
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
     from harness.cli import KAFKA_GROUP_DEFAULTS
     from harness.progress import download_progress
     from proxy.capture.writer import CaptureWriter
@@ -186,11 +186,10 @@ def _record(args: argparse.Namespace, paths: DemoPaths, steps: Steps) -> Any:
         with download_progress(spinner, "fetching jars") as progress:
             if args.bootstrap is None:
                 with steps.step(f"starting Kafka {args.kafka_version} (no initial rebalance delay)"):
-                    broker = start_broker(
-                        args.kafka_version,
-                        extra_config=KAFKA_GROUP_DEFAULTS | DEMO_BROKER_SETTINGS,
-                        progress=progress,
+                    spec = BrokerSpec(
+                        args.kafka_version, extra_config=KAFKA_GROUP_DEFAULTS | DEMO_BROKER_SETTINGS
                     )
+                    broker = start_broker(spec, progress=progress)
                     steps.note(f"broker {broker.bootstrap}")
             upstream = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
             topic = f"demo-{int(time.time())}"

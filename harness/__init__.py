@@ -6,9 +6,11 @@ A leaf package: it imports none of proxy, replay, validator or demo, so tests, b
 live-broker side of replay can all stand on it; proxy never imports it (pyproject import contracts).
 
 Public API (names other parts rely on; keep them stable):
-- `harness.broker.start_broker(kafka_version, new_coordinator=None, extra_config=None, *,
-  work_dir=None, heap_mb=384, ready_timeout_ms=90000, detach=False, progress=None,
-  port=None) -> Broker`
+- `harness.broker.BrokerSpec(kafka_version=DEFAULT, new_coordinator=None, extra_config={},
+  heap_mb=384, secure_listeners=())`: what a broker is asked to be, the first argument of
+  `plan_broker(spec, *, work_dir=None, progress=None, port=None) -> LaunchPlan`,
+  `start_broker(spec, *, work_dir=None, ready_timeout_ms=90000, detach=False, progress=None,
+  port=None) -> Broker` and `harness.cluster.start_cluster(spec, size=3, *, ...) -> Cluster`
   (`.bootstrap`, `.kafka_version`, `.new_coordinator`, `.pid`, `.log_path`, `.log_tail()`,
   `.stop()`, context manager); `find_running()` / `stop_detached()` for CLI-started brokers.
 - `harness.lines`: `KAFKA_39`, `KAFKA_4X`, `line_for(version) -> KafkaLine` (mode, coordinators).

@@ -35,11 +35,12 @@ from harness.launch import SASL_MECHANISMS as SASL_MECHANISMS
 from harness.launch import SECURITY_PROTOCOLS as SECURITY_PROTOCOLS
 from harness.launch import TEST_SETTINGS as TEST_SETTINGS
 from harness.launch import BrokerError as BrokerError
+from harness.launch import BrokerSpec as BrokerSpec
 from harness.launch import LaunchPlan as LaunchPlan
 from harness.launch import SecureListener as SecureListener
 from harness.launch import cluster_id as cluster_id
 from harness.launch import plan_broker as plan_broker
-from harness.lines import DEFAULT_KAFKA_VERSION, Mode
+from harness.lines import Mode
 from harness.maven import ProgressCallback
 from harness.owned import Owned, StopsOnExit
 from harness.probe import NotAnswering, wait_answering
@@ -292,35 +293,20 @@ def port_clash(plan: LaunchPlan) -> bool:
 
 
 def start_broker(
-    kafka_version: str = DEFAULT_KAFKA_VERSION,
-    new_coordinator: bool | None = None,
-    extra_config: dict[str, str] | None = None,
+    spec: BrokerSpec,
     *,
     work_dir: Path | None = None,
-    heap_mb: int = DEFAULT_HEAP_MB,
     ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
     detach: bool = False,
     progress: ProgressCallback | None = None,
-    secure_listeners: tuple[SecureListener, ...] = (),
     port: int | None = None,
 ) -> Broker:
-    """Start a broker and return once it answers ApiVersions.
+    """Start the broker `spec` asks for and return once it answers ApiVersions.
 
-    `new_coordinator`: None keeps the line's default; True/False sets `group.coordinator.new.enable`
-    where the line has both coordinators, and raises ValueError where it has only one.
     `detach=True` leaves the broker running after this interpreter exits (the CLI's `start`).
     """
     for attempt in range(PORT_ATTEMPTS):
-        plan = plan_broker(
-            kafka_version,
-            new_coordinator,
-            extra_config,
-            work_dir=work_dir,
-            heap_mb=heap_mb,
-            progress=progress,
-            secure_listeners=secure_listeners,
-            port=port,
-        )
+        plan = plan_broker(spec, work_dir=work_dir, progress=progress, port=port)
         owns_work_dir = work_dir is None
         plan.write_files()
         zookeeper = None

@@ -32,7 +32,9 @@ from harness import paths
 from harness.broker import (
     SASL_MECHANISMS,
     BrokerError,
+    BrokerSpec,
     BrokerState,
+    SecureListener,
     find_running,
     pid_alive,
     start_broker,
@@ -398,6 +400,19 @@ def _launched(
     return None, code
 
 
+def _broker_spec(
+    args: argparse.Namespace, settings: dict[str, str], secure_listeners: tuple[SecureListener, ...] = ()
+) -> BrokerSpec:
+    """The broker `start`'s options ask for (each node's, with --brokers N)."""
+    return BrokerSpec(
+        args.kafka_version,
+        new_coordinator=args.new_coordinator,
+        extra_config=settings,
+        heap_mb=args.heap_mb,
+        secure_listeners=secure_listeners,
+    )
+
+
 def _start(args: argparse.Namespace) -> int:
     reason = missing_tools()
     if reason:
@@ -428,10 +443,7 @@ def _start(args: argparse.Namespace) -> int:
     broker, code = _launched(
         args,
         lambda progress: start_broker(
-            args.kafka_version,
-            args.new_coordinator,
-            settings,
-            heap_mb=args.heap_mb,
+            _broker_spec(args, settings),
             port=args.port,
             detach=True,
             progress=progress,
@@ -492,13 +504,9 @@ def _start_cluster(args: argparse.Namespace, settings: dict[str, str]) -> int:
     cluster, code = _launched(
         args,
         lambda progress: start_cluster(
-            args.kafka_version,
+            _broker_spec(args, settings, () if setup.listener is None else (setup.listener,)),
             args.brokers,
-            args.new_coordinator,
-            settings,
-            heap_mb=args.heap_mb,
             progress=progress,
-            secure_listeners=() if setup.listener is None else (setup.listener,),
             detach=True,
             work_root=directory,
         ),

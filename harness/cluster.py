@@ -33,8 +33,8 @@ from harness.broker import (
     track,
     wait_ready,
 )
-from harness.launch import DEFAULT_HEAP_MB, BrokerError, LaunchPlan, SecureListener, cluster_id, plan_broker
-from harness.lines import DEFAULT_KAFKA_VERSION, Mode
+from harness.launch import BrokerError, BrokerSpec, LaunchPlan, cluster_id, plan_broker
+from harness.lines import Mode
 from harness.maven import ProgressCallback
 from harness.owned import StopsOnExit
 
@@ -130,15 +130,11 @@ class Cluster(NodeCluster[Broker]):  # type: ignore[type-var]
 
 
 def start_cluster(
-    kafka_version: str = DEFAULT_KAFKA_VERSION,
+    spec: BrokerSpec,
     size: int = 3,
-    new_coordinator: bool | None = None,
-    extra_config: dict[str, str] | None = None,
     *,
-    heap_mb: int = DEFAULT_HEAP_MB,
     ready_timeout_ms: int = DEFAULT_READY_TIMEOUT_MS,
     progress: ProgressCallback | None = None,
-    secure_listeners: tuple[SecureListener, ...] = (),
     detach: bool = False,
     work_root: Path | None = None,
 ) -> Cluster:
@@ -155,12 +151,9 @@ def start_cluster(
     """
     if size < 1:
         raise ValueError("a cluster has at least one node")
-    settings = {**CLUSTER_SETTINGS} if size >= 3 else {}
-    settings |= extra_config or {}
+    node_spec = replace(spec, extra_config={**(CLUSTER_SETTINGS if size >= 3 else {}), **spec.extra_config})
     for attempt in range(PORT_ATTEMPTS):
-        plans = _node_plans(
-            kafka_version, size, new_coordinator, settings, heap_mb, progress, secure_listeners, work_root
-        )
+        plans = _node_plans(node_spec, size, progress, work_root)
         cluster = _start_nodes(plans, detach, ready_timeout_ms, retry_on_clash=attempt < PORT_ATTEMPTS - 1)
         if cluster is not None:
             return cluster
@@ -199,30 +192,19 @@ def _start_nodes(
 
 
 def _node_plans(
-    kafka_version: str,
-    size: int,
-    new_coordinator: bool | None,
-    settings: dict[str, str],
-    heap_mb: int,
-    progress: ProgressCallback | None,
-    secure_listeners: tuple[SecureListener, ...],
-    work_root: Path | None,
+    spec: BrokerSpec, size: int, progress: ProgressCallback | None, work_root: Path | None
 ) -> list[LaunchPlan]:
     """Each node's plan: fresh ports, one cluster id, every node a voter of one quorum."""
     plans = [
         plan_broker(
-            kafka_version,
-            new_coordinator,
-            settings,
-            heap_mb=heap_mb,
+            spec,
             progress=progress,
-            secure_listeners=secure_listeners,
             work_dir=None if work_root is None else work_root / f"node-{index + 1}",
         )
         for index in range(size)
     ]
     if plans[0].line.mode is not Mode.KRAFT:
-        raise BrokerError(f"clusters are set up for KRaft lines (3.3+) only, not Kafka {kafka_version}")
+        raise BrokerError(f"clusters are set up for KRaft lines (3.3+) only, not Kafka {spec.kafka_version}")
     voters = ",".join(f"{index + 1}@127.0.0.1:{plan.controller_port}" for index, plan in enumerate(plans))
     shared_id = cluster_id()
     return [

@@ -11,7 +11,8 @@ import socket
 import tempfile
 import uuid
 from base64 import urlsafe_b64encode
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.lines import DEFAULT_KAFKA_VERSION, KafkaLine, LogBinding, Mode, line_for
@@ -268,23 +269,38 @@ class LaunchPlan:
         (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
 
 
+@dataclass(frozen=True)
+class BrokerSpec:
+    """What a broker is asked to be, apart from where it runs: the one argument of `plan_broker`,
+    `harness.broker.start_broker` (which plans again from it after a port clash) and
+    `harness.cluster.start_cluster` (every node planned from it).
+
+    `new_coordinator`: None keeps the line's default; True/False sets `group.coordinator.new.enable`
+    where the line has both coordinators (ValueError where it has only one). `extra_config`: broker
+    settings over the harness's own. `secure_listeners`: SSL / SASL listeners beside PLAINTEXT
+    (KRaft lines only)."""
+
+    kafka_version: str = DEFAULT_KAFKA_VERSION
+    new_coordinator: bool | None = None
+    extra_config: Mapping[str, str] = field(default_factory=dict)
+    heap_mb: int = DEFAULT_HEAP_MB
+    secure_listeners: tuple[SecureListener, ...] = ()
+
+
 def plan_broker(
-    kafka_version: str = DEFAULT_KAFKA_VERSION,
-    new_coordinator: bool | None = None,
-    extra_config: dict[str, str] | None = None,
+    spec: BrokerSpec,
     *,
     work_dir: Path | None = None,
-    heap_mb: int = DEFAULT_HEAP_MB,
     progress: ProgressCallback | None = None,
-    secure_listeners: tuple[SecureListener, ...] = (),
     port: int | None = None,
 ) -> LaunchPlan:
-    """Fetch the jars (once) and lay out the config for a broker; nothing is started yet.
-    `secure_listeners`: SSL / SASL listeners beside PLAINTEXT (KRaft lines only)."""
+    """Fetch the jars (once) and lay out the config for the broker `spec` asks for; nothing is
+    started yet. `port`: the PLAINTEXT listener's (the CLI's --port; default a free one)."""
+    kafka_version, secure_listeners = spec.kafka_version, spec.secure_listeners
     line = line_for(kafka_version)
     if not line.implemented:
         raise BrokerError(f"the harness cannot launch Kafka {line.name} ({line.mode.value}) yet")
-    coordinator_settings = line.coordinator_key(new_coordinator)  # ValueError if impossible
+    coordinator_settings = line.coordinator_key(spec.new_coordinator)  # ValueError if impossible
     libs = broker_libs(kafka_version, progress)
     if work_dir is None:
         work_dir = Path(tempfile.mkdtemp(prefix=f"kafka-{kafka_version}-"))
@@ -335,7 +351,7 @@ def plan_broker(
         "log.dirs": str(work_dir / "data"),
         **TEST_SETTINGS,
         **coordinator_settings,
-        **(extra_config or {}),
+        **spec.extra_config,
     }
     return LaunchPlan(
         line=line,
@@ -345,8 +361,8 @@ def plan_broker(
         port=port,
         controller_port=controller_port,
         properties=properties,
-        heap_mb=heap_mb,
-        new_coordinator=line.effective_new_coordinator(new_coordinator),
+        heap_mb=spec.heap_mb,
+        new_coordinator=line.effective_new_coordinator(spec.new_coordinator),
         secure_listeners=secure_listeners,
         secure_ports=tuple(secure_ports),
     )

@@ -505,12 +505,12 @@ def replay_broker_version(
 ) -> RunResult:
     """Start a broker of `kafka_version` (harness, Maven jars) with the recorded broker's group
     settings (Kafka's defaults where the capture does not say), replay against it, stop it."""
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
 
     config = group_settings(plan.group_settings).broker_config()
     if scenario.uses_consumer_protocol:  # the scenario's group.consumer.migration.policy
         config["group.consumer.migration.policy"] = scenario.broker.migration_policy.value
-    with start_broker(kafka_version=kafka_version, extra_config=config) as broker:
+    with start_broker(BrokerSpec(kafka_version, extra_config=config)) as broker:
         return replay_live(
             plan,
             scenario,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from harness.broker import Broker, BrokerError, SecureListener, start_broker
+from harness.broker import Broker, BrokerError, BrokerSpec, SecureListener, start_broker
 from harness.certs import CertAuthority, Leaf
 from harness.cluster import Cluster, start_cluster
 from harness.lines import KAFKA_4X, KAFKA_39
@@ -126,9 +126,10 @@ def broker_factory() -> Iterator[BrokerFactory]:
             replaced = _spec_name(oldest)
         started = time.monotonic()
         try:
-            broker = start_broker(
-                kafka_version, new_coordinator, extra_config, progress=None, secure_listeners=secure_listeners
+            spec = BrokerSpec(
+                kafka_version, new_coordinator, extra_config or {}, secure_listeners=secure_listeners
             )
+            broker = start_broker(spec, progress=None)
         except (BrokerError, MavenError) as exc:
             pytest.fail(f"could not start Kafka {kafka_version}: {exc}", pytrace=False)
         BROKER_STARTS.append(BrokerStart(_spec_name(key), time.monotonic() - started, replaced))
@@ -296,9 +297,8 @@ def kafka_cluster(_secure_setup: SecureSetup) -> Iterator[Cluster]:
     if reason:
         pytest.skip(f"cannot run Kafka brokers: {reason}")
     try:
-        cluster = start_cluster(
-            KAFKA_39, 3, new_coordinator=False, progress=None, secure_listeners=_secure_setup.listeners
-        )
+        spec = BrokerSpec(KAFKA_39, new_coordinator=False, secure_listeners=_secure_setup.listeners)
+        cluster = start_cluster(spec, 3, progress=None)
     except (BrokerError, MavenError) as exc:
         pytest.fail(f"could not start a Kafka cluster: {exc}", pytrace=False)
     yield cluster

@@ -10,6 +10,7 @@ import pytest
 
 from harness import paths
 from harness.broker import (
+    BrokerSpec,
     BrokerState,
     cluster_id,
     find_running,
@@ -183,7 +184,7 @@ def test_4x_runs_the_new_coordinator(kafka_4x) -> None:
 @pytest.mark.timeout(300)
 def test_stop_leaves_no_process_and_no_data(tmp_path) -> None:
     """Own broker (not the session one): SIGTERM ends it and the temp dir is removed."""
-    broker = start_broker(KAFKA_39, extra_config={"broker.rack": "r1"})
+    broker = start_broker(BrokerSpec(KAFKA_39, extra_config={"broker.rack": "r1"}))
     pid, work_dir = broker.pid, broker.plan.work_dir
     assert pid_alive(pid) and (work_dir / "server.properties").read_text().count("broker.rack=r1") == 1
     code = broker.stop()
@@ -196,7 +197,7 @@ def test_stop_leaves_no_process_and_no_data(tmp_path) -> None:
 
 @needs_java
 def test_plan_writes_test_settings(tmp_path) -> None:
-    plan = plan_broker(KAFKA_39, new_coordinator=True, work_dir=tmp_path / "w")
+    plan = plan_broker(BrokerSpec(KAFKA_39, new_coordinator=True), work_dir=tmp_path / "w")
     plan.write_files()
     props = dict(
         line.split("=", 1) for line in plan.config_path.read_text().splitlines() if line and "=" in line
@@ -230,7 +231,7 @@ def test_the_format_step_dumps_its_class_archive_once_then_maps_it(tmp_path, mon
     from harness import class_archive as archives
     from harness.broker import run_format
 
-    plan = plan_broker(KAFKA_39, work_dir=tmp_path / "w")  # its jars from the shared cache
+    plan = plan_broker(BrokerSpec(KAFKA_39), work_dir=tmp_path / "w")  # its jars from the shared cache
     plan.write_files()
     monkeypatch.setattr(archives.paths, "cache_root", lambda: tmp_path / "cache")
     command = plan.format_command()

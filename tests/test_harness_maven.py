@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from harness import maven, paths
-from harness.broker import BrokerError, start_broker
+from harness.broker import BrokerError, BrokerSpec, start_broker
 from harness.lines import KAFKA_39
 
 needs_tools = pytest.mark.skipif(maven.missing_tools() is not None, reason=f"{maven.missing_tools()}")
@@ -56,7 +56,7 @@ def test_a_version_missing_from_maven_central_is_a_clear_error(tmp_path, monkeyp
 def test_a_broker_that_cannot_start_reports_its_own_error(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # where start_broker makes its work dir
     with pytest.raises(BrokerError) as caught:
-        start_broker(KAFKA_39, extra_config={"node.id": "not-a-number"}, ready_timeout_ms=60_000)
+        start_broker(BrokerSpec(KAFKA_39, extra_config={"node.id": "not-a-number"}), ready_timeout_ms=60_000)
     message = str(caught.value)
     assert "ConfigException: Invalid value not-a-number" in message.split("--- output tail ---")[0]
     assert list(tmp_path.iterdir()) == []  # the failed broker's work dir is gone

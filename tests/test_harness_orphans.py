@@ -28,9 +28,9 @@ pytestmark = [
 
 SCRIPT = f"""
 import json, sys, time
-from harness.broker import start_broker
+from harness.broker import BrokerSpec, start_broker
 from demo.clients import ClientKind, ConsumerSpec, start_consumer
-broker = start_broker({KAFKA_39!r})
+broker = start_broker(BrokerSpec({KAFKA_39!r}))
 consumer = start_consumer(ConsumerSpec(ClientKind.CONFLUENT, broker.bootstrap, "g", ("t",)))
 info = {{"broker": broker.pid, "consumer": consumer.pid, "dir": str(broker.plan.work_dir)}}
 print(json.dumps(info), flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from demo.clients import ClientKind, ConsumerSpec, start_consumer
-from harness.broker import pid_alive, start_broker
+from harness.broker import BrokerSpec, pid_alive, start_broker
 from harness.lines import Mode, line_for
 from harness.maven import missing_tools
 from harness.probe import api_versions, split_bootstrap
@@ -46,7 +46,7 @@ def test_zookeeper_broker_serves_a_static_member(
 
 
 def test_stop_ends_zookeeper_too() -> None:
-    broker = start_broker("2.8.2")
+    broker = start_broker(BrokerSpec("2.8.2"))
     assert broker.zookeeper is not None
     zookeeper_pid = broker.zookeeper.pid
     assert pid_alive(zookeeper_pid)

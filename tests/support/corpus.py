@@ -263,7 +263,7 @@ def record_consumer_protocol(out: Path) -> dict[str, dict[str, str]]:
     ones under built-in scenarios written for them. Timed phases (librdkafka reports KIP-848 assignments
     incrementally, so there is no whole assignment to wait for)."""
     from harness.admin import create_topic
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
     from harness.cli import KAFKA_GROUP_DEFAULTS
 
     directory = out / "consumer-protocol"
@@ -284,7 +284,7 @@ def record_consumer_protocol(out: Path) -> dict[str, dict[str, str]]:
             process.kill()
 
     print(f"Kafka 4.3.1: starting\n  consumer-protocol/{target.name}", flush=True)
-    broker = start_broker("4.3.1", extra_config=KAFKA_GROUP_DEFAULTS)
+    broker = start_broker(BrokerSpec("4.3.1", extra_config=KAFKA_GROUP_DEFAULTS))
     try:
         create_topic(broker.bootstrap, topic, PARTITIONS)
         with recording_proxy(broker.bootstrap, partial) as bootstrap:
@@ -320,7 +320,7 @@ def record_migration(out: Path) -> dict[str, dict[str, str]]:
     and confluent-kafka members, restarted one by one with group.protocol=consumer) through the
     recording proxy in front of Kafka 4.3.1; kept in `consumer-protocol/` (its protocol: mixed)."""
     from harness.admin import create_topic
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
     from harness.cli import KAFKA_GROUP_DEFAULTS
     from tests.support.migration_story import PARTITIONS as STORY_PARTITIONS
     from tests.support.migration_story import SCENARIO_TEXT as STORY_TEXT
@@ -332,7 +332,7 @@ def record_migration(out: Path) -> dict[str, dict[str, str]]:
     partial = target.with_name(target.name + ".partial")
     topic, group = "corpus-migration", "migration-rolling-upgrade"
     print(f"Kafka 4.3.1: starting\n  consumer-protocol/{target.name}", flush=True)
-    broker = start_broker("4.3.1", extra_config=KAFKA_GROUP_DEFAULTS)
+    broker = start_broker(BrokerSpec("4.3.1", extra_config=KAFKA_GROUP_DEFAULTS))
     try:
         create_topic(broker.bootstrap, topic, STORY_PARTITIONS)
         with recording_proxy(broker.bootstrap, partial) as bootstrap:
@@ -356,7 +356,7 @@ def record(
     out: Path, brokers: Sequence[str], clients: Sequence[str], stories: Sequence[str]
 ) -> dict[str, dict[str, str]]:
     from harness.admin import create_topic
-    from harness.broker import start_broker
+    from harness.broker import BrokerSpec, start_broker
     from harness.cli import KAFKA_GROUP_DEFAULTS
 
     out.mkdir(parents=True, exist_ok=True)
@@ -364,7 +364,7 @@ def record(
     failures = []
     for kafka_version in brokers:
         print(f"Kafka {kafka_version}: starting", flush=True)
-        broker = start_broker(kafka_version, extra_config=KAFKA_GROUP_DEFAULTS)
+        broker = start_broker(BrokerSpec(kafka_version, extra_config=KAFKA_GROUP_DEFAULTS))
         try:
             for client in clients:
                 for story in stories:
