@@ -113,7 +113,8 @@ def test_start_on_a_port_and_stop_only_by_id_or_state_dir(
     assert state["port"] == port and (tmp_path / "mine" / f"broker-{KAFKA_39}.json").exists()
     assert f"broker stop {state['pid']}" in captured.err
     try:
-        settings = describe_upstream_sync("127.0.0.1", port)
+        # A broker just started answers its first DescribeConfigs slowly under load (once > 5 s).
+        settings = describe_upstream_sync("127.0.0.1", port, timeout_ms=30_000)
         assert settings.initial_rebalance_delay_ms == 3000  # Kafka's default, not the tests' 0
         assert settings.min_session_timeout_ms == 6000
 

@@ -119,7 +119,7 @@ def test_a_broker_replay_starts_has_the_recorded_or_kafka_default_group_settings
     for wanted in (defaults, recorded):
         broker = broker_factory(KAFKA_39, new_coordinator=False, extra_config=wanted.broker_config())
         host, _, port = broker.bootstrap.rpartition(":")
-        seen = describe_upstream_sync(host, int(port))
+        seen = describe_upstream_sync(host, int(port), timeout_ms=30_000)  # a fresh broker, under load
         assert seen.initial_rebalance_delay_ms == wanted.config.group_initial_rebalance_delay_ms
         assert seen.min_session_timeout_ms == wanted.config.group_min_session_timeout_ms
         assert seen.max_size == wanted.config.group_max_size
