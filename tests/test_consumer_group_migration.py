@@ -322,7 +322,7 @@ def test_steady_classic_heartbeats_in_a_consumer_group_are_the_full_path(ops: li
     service.classic_heartbeat's full sequence: same answers, events and timer deadlines."""
     ops = [("beat", w) for w in range(3)] + [("rejoin", w) for w in range(3)] + ops + [("beat", 0)]
     fast = _classic_members_in_a_consumer_group(ops)
-    with mock.patch("replay.coordinator.consumer.service.steady_classic_heartbeat", return_value=False):
+    with mock.patch("replay.coordinator.consumer.classic_cycle.steady_classic_heartbeat", return_value=False):
         full = _classic_members_in_a_consumer_group(ops)
     assert fast == full
 

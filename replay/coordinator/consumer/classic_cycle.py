@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.wire.codec import CodecError
 from proxy.wire.errors import ErrorCode
+from replay.coordinator import responses as R
+from replay.coordinator.codes import NONE, REBALANCE_IN_PROGRESS
 from replay.coordinator.consumer.classic_members import (
     CONSUMER_PROTOCOL_TYPE,
     classic_timers_of,
@@ -29,7 +31,7 @@ from replay.coordinator.consumer.classic_members import (
     sync_ok_answer,
 )
 from replay.coordinator.consumer.group import ConsumerGroup, MemberState, MigrationPolicy, reconcile
-from replay.coordinator.consumer.steady import metadata_unchanged, subscribed_ids
+from replay.coordinator.consumer.steady import metadata_unchanged, steady_classic_heartbeat, subscribed_ids
 from replay.coordinator.types import RequestContext
 
 if TYPE_CHECKING:
@@ -159,6 +161,23 @@ def behind(service: ConsumerGroupService, now_ms: int, group: ConsumerGroup, req
     return True
 
 
+def heartbeat(service: ConsumerGroupService, ctx: RequestContext, request: Any, group: ConsumerGroup) -> bool:
+    """classicGroupHeartbeatToConsumerGroup's two common answers: REBALANCE_IN_PROGRESS for a
+    member behind the target epoch (`behind`), NONE for one where it should be
+    (steady.steady_classic_heartbeat); False, with nothing changed, for anything else."""
+    runtime = service._runtime()
+    now_ms = runtime.now_ms()
+    # The two exclude each other (behind: the member's epoch is under the target's).
+    if behind(service, now_ms, group, request):
+        runtime.respond(ctx, R.heartbeat(ctx.api_version, REBALANCE_IN_PROGRESS))
+        return True
+    _, generation_id, member_id, instance_id = request  # replay.coordinator.parse.Heartbeat
+    if steady_classic_heartbeat(service.coordinator, now_ms, group, member_id, instance_id, generation_id):
+        runtime.respond(ctx, R.heartbeat(ctx.api_version, NONE))
+        return True
+    return False
+
+
 def sync(service: ConsumerGroupService, ctx: RequestContext, request: Any, group: ConsumerGroup) -> bool:
     """classicGroupSyncToConsumerGroup of a known classic member (by instance id too) at its
     generation, naming its protocol (or none), with no rebalance in progress for it: its
@@ -186,4 +205,4 @@ def sync(service: ConsumerGroupService, ctx: RequestContext, request: Any, group
     return True
 
 
-__all__ = ["behind", "rejoin", "sync"]
+__all__ = ["behind", "heartbeat", "rejoin", "sync"]
