@@ -428,7 +428,7 @@ def _encoded_entry(coordinator: ConsumerGroupCoordinator, member: ConsumerGroupM
     image = (tuple(coordinator.topic_partitions), tuple(coordinator.topic_id_overrides.items()))
     if found is not None and found[0] is assigned and found[1] == version and found[2] == image:
         # The same bytes: kept, with what the first check reads next time.
-        entry = cache[id(assigned)] = (*found[:5], subscription, frozenset(image[0]))
+        entry = cache[id(assigned)] = (*found[:5], subscription, _names_checked(image))
         return entry
     names = {coordinator.topic_id(n): n for n in coordinator.topic_partitions}
     by_name = {names[t]: sorted(ps) for t, ps in assigned.items() if t in names}
@@ -442,9 +442,16 @@ def _encoded_entry(coordinator: ConsumerGroupCoordinator, member: ConsumerGroupM
         encode_assignment(by_name, version),
         {},
         subscription,
-        frozenset(image[0]),
+        _names_checked(image),
     )
     return entry
+
+
+def _names_checked(image: tuple[Any, ...]) -> frozenset[str] | None:
+    """The names `_encoded_entry`'s first check compares with the image's, or None (never
+    equal) for bytes made under topic id overrides: those are checked by the whole image."""
+    names, overrides = image
+    return None if overrides else frozenset(names)
 
 
 ClassicTimers = tuple[str, Callable[[int], None], str, Callable[[int], None]]
