@@ -40,10 +40,10 @@ from replay.coordinator.persist import LoadedState, loaded_group, replay_records
 from replay.coordinator.records import Append, CoordinatorEpochRecord, Record
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key, join_key, sync_key
 from replay.coordinator.timers import KeyedTimers
-from replay.coordinator.types import CoordinatorConfig, GroupState, Output, RequestContext
+from replay.coordinator.types import CoordinatorConfig, GroupState, Output, RequestContext, respond
 
 Handler = Callable[[RequestContext, Any, ClassicGroup | None], None]
-ConsumerFirst = Callable[[RequestContext, Any], bool]
+ConsumerFirst = Callable[[RequestContext, Any], Any]  # the answer, or None
 ErrorResponse = Callable[[int, E], Any]  # (api_version, error) -> response entity
 
 
@@ -59,8 +59,8 @@ class Route:
     handle: Handler
     by_group: bool  # the parsed request has a `group_id` whose group the handler gets
     error_response: ErrorResponse | None = None
-    # Asked first when no classic group has the request's group id (by_group routes): True when
-    # it answered (a consumer group's classic member, classic_cycle), False with nothing changed.
+    # Asked first when no classic group has the request's group id (by_group routes): the answer
+    # to send (a consumer group's classic member, classic_cycle), or None with nothing changed.
     consumer_first: ConsumerFirst | None = None
 
 
@@ -188,7 +188,9 @@ class GroupCoordinator:
                 handler(context, parsed, None)
             elif (group := classic.groups.get(parsed.group_id)) is not None or consumer_first is None:
                 handler(context, parsed, group)
-            elif not consumer_first(context, parsed):
+            elif (answer := consumer_first(context, parsed)) is not None:
+                classic._out.append(respond(context, answer))
+            else:
                 handler(context, parsed, None)
         except Exception as exc:
             self._request_failed(route, context, exc)
@@ -208,11 +210,11 @@ class GroupCoordinator:
     # --- a consumer group's classic members (KIP-848 migration), asked before the full path ---
     # A classic request whose group id no classic group has reaches classic_cycle in one call
     # here when the checks Kafka makes before GroupMetadataManager looks the group up pass;
-    # anything else (False, nothing changed) goes the full path: the classic handler, which
+    # anything else (None, nothing changed) goes the full path: the classic handler, which
     # makes those checks and asks the consumer group service (service.classic_join/_sync/
     # _heartbeat), which asks classic_cycle again and then runs Kafka's sequence.
 
-    def _consumer_join(self, ctx: RequestContext, request: P.JoinGroup) -> bool:
+    def _consumer_join(self, ctx: RequestContext, request: P.JoinGroup) -> Any:
         """GroupCoordinatorService.joinGroup's checks (a group id, the session timeout within
         group.{min,max}.session.timeout.ms), then GroupMetadataManager.classicGroupJoin's first
         branch (a non-empty consumer group: classicGroupJoinToConsumerGroup) for the classic
@@ -220,15 +222,14 @@ class GroupCoordinator:
         group_id = request.group_id
         group = self.consumer.coordinator.groups.get(group_id)
         if group is None or not group_id:
-            return False
+            return None
         config = self.classic.config
         timeout_ms = request.session_timeout_ms
-        return (
-            config.group_min_session_timeout_ms <= timeout_ms <= config.group_max_session_timeout_ms
-            and classic_cycle.rejoin(self.consumer, ctx, request, group)
-        )
+        if not config.group_min_session_timeout_ms <= timeout_ms <= config.group_max_session_timeout_ms:
+            return None
+        return classic_cycle.rejoin(self.consumer, self.classic._now_ms, ctx, request, group)
 
-    def _consumer_sync(self, ctx: RequestContext, request: P.SyncGroup) -> bool:
+    def _consumer_sync(self, ctx: RequestContext, request: P.SyncGroup) -> Any:
         """GroupCoordinatorService.syncGroup's group id check and KafkaApis' v5+ mandatory
         protocol type and name (SyncGroupRequest.areMandatoryProtocolTypeAndNamePresent), then
         GroupMetadataManager.classicGroupSync's consumer-group branch
@@ -236,20 +237,20 @@ class GroupCoordinator:
         group_id = request.group_id
         group = self.consumer.coordinator.groups.get(group_id)
         if group is None or not group_id:
-            return False
+            return None
         if ctx.api_version >= 5 and (request.protocol_type is None or request.protocol_name is None):
-            return False
-        return classic_cycle.sync(self.consumer, ctx, request, group)
+            return None
+        return classic_cycle.sync(self.consumer, self.classic._now_ms, ctx, request, group)
 
-    def _consumer_heartbeat(self, ctx: RequestContext, request: P.Heartbeat) -> bool:
+    def _consumer_heartbeat(self, ctx: RequestContext, request: P.Heartbeat) -> Any:
         """GroupCoordinatorService.heartbeat's group id check, then GroupMetadataManager.
         classicGroupHeartbeat's consumer-group branch (classicGroupHeartbeatToConsumerGroup) for
         its two common answers (`classic_cycle.heartbeat`)."""
         group_id = request.group_id
         group = self.consumer.coordinator.groups.get(group_id)
         if group is None or not group_id:
-            return False
-        return classic_cycle.heartbeat(self.consumer, ctx, request, group)
+            return None
+        return classic_cycle.heartbeat(self.consumer, self.classic._now_ms, ctx, request, group)
 
     def advance(self, now_ms: int) -> list[Output]:
         """Fire every timer due at or before `now_ms`."""

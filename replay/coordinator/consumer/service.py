@@ -317,9 +317,11 @@ class ConsumerGroupService:
         if not group.members:
             self.forget(request.group_id)
             return False
-        if classic_cycle.rejoin(self, ctx, request, group):
-            return True
         runtime = self._runtime()
+        answer = classic_cycle.rejoin(self, runtime.now_ms(), ctx, request, group)
+        if answer is not None:
+            runtime.respond(ctx, answer)
+            return True
         api_version = ctx.api_version
         member_id = request.member_id
         try:
@@ -427,9 +429,13 @@ class ConsumerGroupService:
         rebalance started (REBALANCE_IN_PROGRESS)."""
         coordinator = self.coordinator
         group = coordinator.groups.get(request.group_id)
-        if group is None or classic_cycle.sync(self, ctx, request, group):
-            return group is not None
+        if group is None:
+            return False
         runtime = self._runtime()
+        answer = classic_cycle.sync(self, runtime.now_ms(), ctx, request, group)
+        if answer is not None:
+            runtime.respond(ctx, answer)
+            return True
         api_version = ctx.api_version
         try:
             member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
@@ -469,9 +475,11 @@ class ConsumerGroupService:
         group = coordinator.groups.get(request.group_id)
         if group is None:
             return False
-        if classic_cycle.heartbeat(self, ctx, request, group):
-            return True
         runtime = self._runtime()
+        answer = classic_cycle.heartbeat(self, runtime.now_ms(), ctx, request, group)
+        if answer is not None:
+            runtime.respond(ctx, answer)
+            return True
         code = _NONE
         try:
             member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
