@@ -9,6 +9,7 @@ members must be the same both ways."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 from unittest import mock
 
@@ -42,12 +43,14 @@ _JOINS: list[dict[str, Any]] = [  # what a classic member rejoins with (1: anoth
     {"protocols": (("roundrobin", SUB), ("range", SUB)), **SESSION},
     {"protocols": (("range", SUB),), "protocol_type": "other", **SESSION},
     {"protocols": (("range", b"\x00"),), **SESSION},  # malformed
+    {"protocols": (("range", SUB),), "session_timeout_ms": 5_000},  # under the minimum (6 s)
 ]
 _SYNCS: list[tuple[int, dict[str, Any]]] = [  # (api_version, fields) of a SyncGroup
     (5, {}),
     (3, {"protocol_type": None, "protocol_name": None}),
     (5, {"protocol_name": "roundrobin"}),
     (5, {"protocol_type": "other"}),
+    (5, {"protocol_type": None}),  # v5 without its mandatory protocol type
 ]
 
 
@@ -95,7 +98,7 @@ def _cycles(ops: list[tuple[str, int, int]], static: bool) -> list[Any]:
             )
             seen.append(sim.call(conn, 4, request))
         elif op == "rejoin":
-            fields = _JOINS[variant % 9]
+            fields = _JOINS[variant % len(_JOINS)]
             request = Q.join_group(V, "g", member_id, group_instance_id=instance_id, **fields)
             joined = sim.answer(sim.send(conn, V, request, client_id=f"c{conn}" if variant != 1 else "other"))
             seen.append(joined)
@@ -103,7 +106,7 @@ def _cycles(ops: list[tuple[str, int, int]], static: bool) -> list[Any]:
                 generations[member_id] = int(joined.generation_id)
         elif op == "sync":
             api_version, fields = _SYNCS[variant % len(_SYNCS)]
-            generation_id = generations[member_id] - (len(_SYNCS) <= variant < 8)  # 4-7: stale
+            generation_id = generations[member_id] - (len(_SYNCS) <= variant < 8)  # 5-7: stale
             request = Q.sync_group(
                 api_version, "g", generation_id, member_id, group_instance_id=instance_id, **fields
             )
@@ -117,6 +120,11 @@ def _cycles(ops: list[tuple[str, int, int]], static: bool) -> list[Any]:
                 consumers.pop(member, None)
             else:
                 consumers[member] = int(answer.member_epoch)
+        elif op == "bounds":  # group.max.session.timeout.ms under the members' 45 s, or back
+            max_ms = 30_000 if variant else CoordinatorConfig().group_max_session_timeout_ms
+            sim.coordinator.config = dataclasses.replace(
+                sim.coordinator.config, group_max_session_timeout_ms=max_ms
+            )
         elif op == "grow":
             sim.coordinator.consumer.coordinator.topic_partitions["t"] += 1
         seen.append(live_timers(sim))
@@ -151,6 +159,8 @@ def test_classic_cycles_in_a_consumer_group_are_the_full_path(
     ]
     odd += [("sync", 0, v) for v in (9, 7, 3, 2, 1, 0)] + [("beat", 0, 0), ("beat", 0, 1)]
     odd += [("grow", 0, 0), ("rejoin", 1, 0), ("sync", 1, 0), ("beat", 2, 0)]
+    # The checks made before the group is looked up: session timeout bounds, v5 protocol fields.
+    odd += [("rejoin", 1, 19), ("sync", 1, 4), ("bounds", 0, 1), ("rejoin", 2, 0), ("bounds", 0, 0)]
     ops = cycle + odd + ops + cycle
     fast = _cycles(ops, static)
     with contextlib.ExitStack() as full:
@@ -175,9 +185,9 @@ def test_the_upgrade_cycle_takes_the_fast_paths() -> None:
     for name in ("behind", "rejoin", "sync"):
         real = getattr(classic_cycle, name)
 
-        def spy(*args: Any, real: Any = real, name: str = name) -> bool:
-            answered = bool(real(*args))
-            if answered:
+        def spy(*args: Any, real: Any = real, name: str = name) -> Any:
+            answered = real(*args)  # behind: True; rejoin, sync: the answer (None: not taken)
+            if answered is not None and answered is not False:
                 taken.append(name)
             return answered
 

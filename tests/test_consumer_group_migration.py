@@ -8,6 +8,7 @@ against real Kafka 4.3.1 brokers."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from dataclasses import replace
 from typing import Any
 from unittest import mock
@@ -322,7 +323,7 @@ def test_steady_classic_heartbeats_in_a_consumer_group_are_the_full_path(ops: li
     service.classic_heartbeat's full sequence: same answers, events and timer deadlines."""
     ops = [("beat", w) for w in range(3)] + [("rejoin", w) for w in range(3)] + ops + [("beat", 0)]
     fast = _classic_members_in_a_consumer_group(ops)
-    with mock.patch("replay.coordinator.consumer.service.steady_classic_heartbeat", return_value=False):
+    with mock.patch("replay.coordinator.consumer.classic_cycle.steady_classic_heartbeat", return_value=False):
         full = _classic_members_in_a_consumer_group(ops)
     assert fast == full
 
@@ -401,3 +402,48 @@ def test_classic_rejoins_in_a_consumer_group_are_the_full_path(ops: list[tuple[s
             full.enter_context(patch)
         slow = _classic_rejoins(ops)
     assert fast == slow
+
+
+def test_remembered_assignment_bytes_follow_the_image_and_the_subscription() -> None:
+    """classic_members.assignment_bytes (remembered per assignment, checked by the subscription
+    object and the image's names) against a fresh encode after each change that moves them: a
+    topic leaving and coming back in place, an id override for a name, another partition count
+    (no change), a subscription of another version."""
+    from replay.coordinator.consumer import classic_members
+    from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
+    from replay.coordinator.consumer.group import ClassicMemberMetadata, ConsumerGroupMember
+
+    coordinator = ConsumerGroupCoordinator()
+    coordinator.topic_partitions.update({"t": 4, "u": 4})
+    t, u = coordinator.topic_id("t"), coordinator.topic_id("u")
+    member = ConsumerGroupMember(
+        "m",
+        assigned={t: frozenset({0, 1}), u: frozenset({2})},
+        classic=ClassicMemberMetadata(45_000, (("range", encode_subscription(["t", "u"], 1)),)),
+    )
+
+    def fresh(member: ConsumerGroupMember) -> bytes:
+        assert member.classic is not None
+        version = min(classic_members.subscription_of(member.classic.protocols[0][1])[0].blob_version, 3)
+        names = {coordinator.topic_id(n): n for n in coordinator.topic_partitions}
+        by_name = {names[i]: sorted(ps) for i, ps in member.assigned.items() if i in names}
+        return encode_assignment(by_name, version)
+
+    def check(member: ConsumerGroupMember) -> None:
+        assert classic_members.assignment_bytes(coordinator, member) == fresh(member)
+        assert classic_members.assignment_bytes(coordinator, member) == fresh(member)  # remembered
+
+    check(member)
+    del coordinator.topic_partitions["u"]
+    check(member)
+    coordinator.topic_partitions["u"] = 8
+    check(member)
+    coordinator.topic_partitions["t"] = 5
+    check(member)
+    coordinator.add_topic("u", 8, uuid.UUID(int=7))  # u's id is no longer the assigned one
+    check(member)
+    coordinator.topic_id_overrides.clear()
+    check(member)
+    old = ClassicMemberMetadata(45_000, (("range", encode_subscription(["t", "u"], 0)),))
+    check(member._replace(classic=old))
+    assert fresh(member._replace(classic=old)) != fresh(member)

@@ -187,7 +187,7 @@ def test_random_mixed_protocol_runs_are_the_same_without_the_consumer_coordinato
     consumer = "replay.coordinator.consumer"
     patches = [
         mock.patch(f"{consumer}.service.steady_from_kio", return_value=None),
-        mock.patch(f"{consumer}.service.steady_classic_heartbeat", return_value=False),
+        mock.patch(f"{consumer}.classic_cycle.steady_classic_heartbeat", return_value=False),
         mock.patch(f"{consumer}.coordinator.steady_heartbeat", return_value=None),
         mock.patch(f"{consumer}.target.member_hash_order", _java_hash_order),
         mock.patch(f"{consumer}.target._homogeneous_specs", consumer_target._specs),

@@ -32,6 +32,7 @@ from replay.coordinator.codes import (
     NOT_COORDINATOR,
     UNKNOWN_SERVER_ERROR,
 )
+from replay.coordinator.consumer import classic_cycle
 from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.offsets import OffsetMetadataManager
@@ -39,9 +40,10 @@ from replay.coordinator.persist import LoadedState, loaded_group, replay_records
 from replay.coordinator.records import Append, CoordinatorEpochRecord, Record
 from replay.coordinator.runtime import UNKNOWN_MEMBER, heartbeat_key, join_key, sync_key
 from replay.coordinator.timers import KeyedTimers
-from replay.coordinator.types import CoordinatorConfig, GroupState, Output, RequestContext
+from replay.coordinator.types import CoordinatorConfig, GroupState, Output, RequestContext, respond
 
 Handler = Callable[[RequestContext, Any, ClassicGroup | None], None]
+ConsumerFirst = Callable[[RequestContext, Any], Any]  # the answer, or None
 ErrorResponse = Callable[[int, E], Any]  # (api_version, error) -> response entity
 
 
@@ -57,6 +59,13 @@ class Route:
     handle: Handler
     by_group: bool  # the parsed request has a `group_id` whose group the handler gets
     error_response: ErrorResponse | None = None
+    # Asked first when no classic group has the request's group id (by_group routes): the answer
+    # to send (a consumer group's classic member, classic_cycle), or None with nothing changed.
+    consumer_first: ConsumerFirst | None = None
+
+
+# (parse, handle, by_group, consumer_first, route): a route unpacked for `handle`.
+Served = tuple[Callable[[Any, int], Any], Handler, bool, ConsumerFirst | None, Route]
 
 
 class UnsupportedRequest(ValueError):
@@ -86,22 +95,9 @@ class GroupCoordinator:
         self.classic.cleanup_action = self._cleanup_group_metadata
         classic, offsets = self.classic, self.offsets
         self.routes: dict[int, Route] = {}
-        # Per kio request class: (parse, handle, by_group, route), unpacked once per request.
-        self._route_by_type: dict[type[Any], tuple[Callable[[Any, int], Any], Handler, bool, Route]] = {}
-        for route in (
-            Route(ApiKey.JOIN_GROUP, 0, 9, P.join_group, classic.join_group, True, _join_error),
-            Route(ApiKey.SYNC_GROUP, 0, 5, P.sync_group, classic.sync_group, True, _sync_error),
-            Route(ApiKey.HEARTBEAT, 0, 4, P.heartbeat, classic.heartbeat, True, R.heartbeat),
-            Route(ApiKey.LEAVE_GROUP, 0, 5, P.leave_group, classic.leave_group, True, _leave_error),
-            Route(ApiKey.OFFSET_COMMIT, 2, 9, P.offset_commit, offsets.commit_offset, True),
-            Route(ApiKey.OFFSET_FETCH, 1, 9, P.offset_fetch, offsets.fetch_offsets, False),
-            Route(ApiKey.FIND_COORDINATOR, 0, 6, P.find_coordinator, self._find_coordinator, False),
-            Route(ApiKey.DESCRIBE_GROUPS, 0, 5, P.describe_groups, classic.describe_groups, False),
-            Route(ApiKey.LIST_GROUPS, 0, 5, P.list_groups, classic.list_groups, False, _list_error),
-            Route(ApiKey.DELETE_GROUPS, 0, 2, P.delete_groups, self._delete_groups, False),
-            Route(ApiKey.OFFSET_DELETE, 0, 0, P.offset_delete, offsets.delete_offsets, True),
-        ):
-            self.register(route)
+        # Per kio request class: (parse, handle, by_group, consumer_first, route), unpacked once
+        # per request.
+        self._route_by_type: dict[type[Any], Served] = {}
         # KIP-848 consumer groups (replay.coordinator.consumer), sharing the runtime's timers.
         self.consumer = consumer = ConsumerGroupService()
         consumer.attach(
@@ -114,6 +110,21 @@ class GroupCoordinator:
         )
         classic.consumer_groups = offsets.consumer_groups = consumer
         consumer.coordinator.on_group_empty = lambda _: classic._schedule_cleanup()
+        join, sync, heartbeat = self._consumer_join, self._consumer_sync, self._consumer_heartbeat
+        for route in (
+            Route(ApiKey.JOIN_GROUP, 0, 9, P.join_group, classic.join_group, True, _join_error, join),
+            Route(ApiKey.SYNC_GROUP, 0, 5, P.sync_group, classic.sync_group, True, _sync_error, sync),
+            Route(ApiKey.HEARTBEAT, 0, 4, P.heartbeat, classic.heartbeat, True, R.heartbeat, heartbeat),
+            Route(ApiKey.LEAVE_GROUP, 0, 5, P.leave_group, classic.leave_group, True, _leave_error),
+            Route(ApiKey.OFFSET_COMMIT, 2, 9, P.offset_commit, offsets.commit_offset, True),
+            Route(ApiKey.OFFSET_FETCH, 1, 9, P.offset_fetch, offsets.fetch_offsets, False),
+            Route(ApiKey.FIND_COORDINATOR, 0, 6, P.find_coordinator, self._find_coordinator, False),
+            Route(ApiKey.DESCRIBE_GROUPS, 0, 5, P.describe_groups, classic.describe_groups, False),
+            Route(ApiKey.LIST_GROUPS, 0, 5, P.list_groups, classic.list_groups, False, _list_error),
+            Route(ApiKey.DELETE_GROUPS, 0, 2, P.delete_groups, self._delete_groups, False),
+            Route(ApiKey.OFFSET_DELETE, 0, 0, P.offset_delete, offsets.delete_offsets, True),
+        ):
+            self.register(route)
         self.register(
             Route(
                 ApiKey.CONSUMER_GROUP_HEARTBEAT,
@@ -170,23 +181,76 @@ class GroupCoordinator:
         served = self._route_by_type.get(type(request))
         if served is None:
             served = self._resolve(type(request))
-        parse, handler, by_group, route = served
+        parse, handler, by_group, consumer_first, route = served
         try:
             parsed = parse(request, context.api_version)
-            handler(context, parsed, classic.groups.get(parsed.group_id) if by_group else None)
+            if not by_group:
+                handler(context, parsed, None)
+            elif (group := classic.groups.get(parsed.group_id)) is not None or consumer_first is None:
+                handler(context, parsed, group)
+            elif (answer := consumer_first(context, parsed)) is not None:
+                classic._out.append(respond(context, answer))
+            else:
+                handler(context, parsed, None)
         except Exception as exc:
             self._request_failed(route, context, exc)
         out = classic._out
         classic._out = []
         return out
 
-    def _resolve(self, request_type: type[Any]) -> tuple[Callable[[Any, int], Any], Handler, bool, Route]:
+    def _resolve(self, request_type: type[Any]) -> Served:
         api_key = int(request_type.__api_key__)
         route = self.routes.get(api_key)
         if route is None:
             raise UnsupportedRequest(f"api_key {api_key} is not a group coordinator API")
-        served = self._route_by_type[request_type] = (route.parse, route.handle, route.by_group, route)
+        served = (route.parse, route.handle, route.by_group, route.consumer_first, route)
+        self._route_by_type[request_type] = served
         return served
+
+    # --- a consumer group's classic members (KIP-848 migration), asked before the full path ---
+    # A classic request whose group id no classic group has reaches classic_cycle in one call
+    # here when the checks Kafka makes before GroupMetadataManager looks the group up pass;
+    # anything else (None, nothing changed) goes the full path: the classic handler, which
+    # makes those checks and asks the consumer group service (service.classic_join/_sync/
+    # _heartbeat), which asks classic_cycle again and then runs Kafka's sequence.
+
+    def _consumer_join(self, ctx: RequestContext, request: P.JoinGroup) -> Any:
+        """GroupCoordinatorService.joinGroup's checks (a group id, the session timeout within
+        group.{min,max}.session.timeout.ms), then GroupMetadataManager.classicGroupJoin's first
+        branch (a non-empty consumer group: classicGroupJoinToConsumerGroup) for the classic
+        cycle's rejoin (`classic_cycle.rejoin`)."""
+        group_id = request.group_id
+        group = self.consumer.coordinator.groups.get(group_id)
+        if group is None or not group_id:
+            return None
+        config = self.classic.config
+        timeout_ms = request.session_timeout_ms
+        if not config.group_min_session_timeout_ms <= timeout_ms <= config.group_max_session_timeout_ms:
+            return None
+        return classic_cycle.rejoin(self.consumer, self.classic._now_ms, ctx, request, group)
+
+    def _consumer_sync(self, ctx: RequestContext, request: P.SyncGroup) -> Any:
+        """GroupCoordinatorService.syncGroup's group id check and KafkaApis' v5+ mandatory
+        protocol type and name (SyncGroupRequest.areMandatoryProtocolTypeAndNamePresent), then
+        GroupMetadataManager.classicGroupSync's consumer-group branch
+        (classicGroupSyncToConsumerGroup) for the classic cycle's sync (`classic_cycle.sync`)."""
+        group_id = request.group_id
+        group = self.consumer.coordinator.groups.get(group_id)
+        if group is None or not group_id:
+            return None
+        if ctx.api_version >= 5 and (request.protocol_type is None or request.protocol_name is None):
+            return None
+        return classic_cycle.sync(self.consumer, self.classic._now_ms, ctx, request, group)
+
+    def _consumer_heartbeat(self, ctx: RequestContext, request: P.Heartbeat) -> Any:
+        """GroupCoordinatorService.heartbeat's group id check, then GroupMetadataManager.
+        classicGroupHeartbeat's consumer-group branch (classicGroupHeartbeatToConsumerGroup) for
+        its two common answers (`classic_cycle.heartbeat`)."""
+        group_id = request.group_id
+        group = self.consumer.coordinator.groups.get(group_id)
+        if group is None or not group_id:
+            return None
+        return classic_cycle.heartbeat(self.consumer, self.classic._now_ms, ctx, request, group)
 
     def advance(self, now_ms: int) -> list[Output]:
         """Fire every timer due at or before `now_ms`."""

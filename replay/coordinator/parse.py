@@ -56,10 +56,19 @@ def join_group(request: Any, api_version: int) -> JoinGroup:
             # JoinGroup v0 has no rebalance timeout: Kafka uses the session timeout (KafkaApis).
             duration_ms(request.rebalance_timeout) if api_version >= 1 else session_timeout_ms,
             request.protocol_type,
-            tuple([(p.name, p.metadata) for p in request.protocols]),
+            _protocols(request.protocols),
             request.reason if api_version >= 8 else None,
         ),
     )
+
+
+def _protocols(protocols: Any) -> Protocols:
+    """(name, metadata) of each protocol; a consumer's one protocol without a comprehension (a
+    function call of its own on 3.11: most of a JoinGroup's parse)."""
+    if len(protocols) == 1:
+        only = protocols[0]
+        return ((only.name, only.metadata),)
+    return tuple([(p.name, p.metadata) for p in protocols])
 
 
 class SyncGroup(NamedTuple):
@@ -83,7 +92,10 @@ def sync_group(request: Any, api_version: int) -> SyncGroup:
             request.group_instance_id if api_version >= 3 else None,
             request.protocol_type if new else None,
             request.protocol_name if new else None,
-            tuple([(a.member_id, a.assignment) for a in request.assignments]),
+            # A follower sends none (every SyncGroup but the leader's): no comprehension call.
+            tuple([(a.member_id, a.assignment) for a in assignments])
+            if (assignments := request.assignments)
+            else (),
         ),
     )
 

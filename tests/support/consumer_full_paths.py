@@ -62,7 +62,10 @@ def classic_cycle_full_paths() -> list[Any]:
     """classic_cycle's fast paths off: every classic Heartbeat, JoinGroup and SyncGroup of a
     member in a consumer group through the service's full sequence."""
     path = "replay.coordinator.consumer.classic_cycle."
-    return [mock.patch(path + name, return_value=False) for name in ("behind", "rejoin", "sync")]
+    return [
+        mock.patch(path + "behind", return_value=False),
+        *(mock.patch(path + name, return_value=None) for name in ("rejoin", "sync")),
+    ]
 
 
 def live_timers(sim: Any) -> list[tuple[str, int | None]]:

@@ -8,7 +8,8 @@ for its assignment (classicGroupSyncToConsumerGroup). The service's full paths (
 classic_members.py) run Kafka's sequence step by step; these answer the same requests when every
 condition under which that sequence does something else is ruled out first, and do only what it
 would then do: the same checks, reconciliation, timers (in the same order) and answers. Each
-returns False, with nothing changed, for anything else (the full path's turn).
+returns the answer for its caller to send (core.handle, or the service's full path, which asks
+them first), or None, with nothing changed, for anything else (the full path's turn).
 tests/test_consumer_group_migration.py runs random classic cycles both ways (answers, events,
 timers, group, members).
 """
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.wire.codec import CodecError
 from proxy.wire.errors import ErrorCode
+from replay.coordinator import responses as R
+from replay.coordinator.codes import NONE, REBALANCE_IN_PROGRESS
 from replay.coordinator.consumer.classic_members import (
     CONSUMER_PROTOCOL_TYPE,
     classic_timers_of,
@@ -29,7 +32,7 @@ from replay.coordinator.consumer.classic_members import (
     sync_ok_answer,
 )
 from replay.coordinator.consumer.group import ConsumerGroup, MemberState, MigrationPolicy, reconcile
-from replay.coordinator.consumer.steady import metadata_unchanged, subscribed_ids
+from replay.coordinator.consumer.steady import metadata_unchanged, steady_classic_heartbeat, subscribed_ids
 from replay.coordinator.types import RequestContext
 
 if TYPE_CHECKING:
@@ -43,18 +46,21 @@ _UNREVOKED = MemberState.UNREVOKED_PARTITIONS
 _REBALANCE_IN_PROGRESS = ErrorCode.rebalance_in_progress
 
 
-def rejoin(service: ConsumerGroupService, ctx: RequestContext, request: Any, group: ConsumerGroup) -> bool:
+def rejoin(
+    service: ConsumerGroupService, now_ms: int, ctx: RequestContext, request: Any, group: ConsumerGroup
+) -> Any | None:
     """classicGroupJoinToConsumerGroup of a known classic member (by instance id too) whose
     JoinGroup changes none of its fields (the same protocols, hence the same subscription,
     timeouts, client id and host; no regex), in a group whose target is computed for its epoch
     and whose subscribed topics' metadata did not move (no epoch bump, no new target): the
     member reconciles to the target epoch, its consumer-join timer goes, its session and
-    consumer-sync timers are scheduled, and it is answered as a follower at its new epoch."""
+    consumer-sync timers are scheduled, and its answer (a follower's, at its new epoch) is
+    returned for the caller to send."""
     coordinator = service.coordinator
     member_id = request.member_id
     member = group.members.get(member_id)
     if member is None or not member_id:
-        return False
+        return None
     classic = member.classic
     instance_id = request.group_instance_id
     protocols = request.protocols
@@ -76,15 +82,13 @@ def rejoin(service: ConsumerGroupService, ctx: RequestContext, request: Any, gro
         or coordinator.config.migration_policy is _DISABLED
         or not supports_classic_protocols(group, request.protocol_type, protocols)
     ):
-        return False
+        return None
     try:
         subscription, topics = subscription_of(protocols[0][1])
     except CodecError:
-        return False
+        return None
     if topics != member.subscribed_topic_names or not metadata_unchanged(coordinator, group):
-        return False
-    runtime = service._runtime()
-    now_ms = runtime.now_ms()
+        return None
     target_epoch = group.assignment_epoch
     epoch = member.member_epoch
     if member.state is not _STABLE or epoch != target_epoch:
@@ -119,8 +123,7 @@ def rejoin(service: ConsumerGroupService, ctx: RequestContext, request: Any, gro
     timers.cancel(join_key)
     _renew_session(coordinator, now_ms, group, member_id, request.session_timeout_ms)
     timers.schedule(sync_key, now_ms + rebalance_timeout_ms, sync_expired)
-    runtime.respond(ctx, join_ok_response(ctx.api_version, member_id, epoch, classic.protocols[0][0]))
-    return True
+    return join_ok_response(ctx.api_version, member_id, epoch, classic.protocols[0][0])
 
 
 def _renew_session(
@@ -159,14 +162,33 @@ def behind(service: ConsumerGroupService, now_ms: int, group: ConsumerGroup, req
     return True
 
 
-def sync(service: ConsumerGroupService, ctx: RequestContext, request: Any, group: ConsumerGroup) -> bool:
+def heartbeat(
+    service: ConsumerGroupService, now_ms: int, ctx: RequestContext, request: Any, group: ConsumerGroup
+) -> Any | None:
+    """classicGroupHeartbeatToConsumerGroup's two common answers, returned for the caller to
+    send: REBALANCE_IN_PROGRESS for a member behind the target epoch (`behind`), NONE for one
+    where it should be (steady.steady_classic_heartbeat); None, with nothing changed, for
+    anything else."""
+    # The two exclude each other (behind: the member's epoch is under the target's).
+    if behind(service, now_ms, group, request):
+        return R.heartbeat(ctx.api_version, REBALANCE_IN_PROGRESS)
+    _, generation_id, member_id, instance_id = request  # replay.coordinator.parse.Heartbeat
+    if steady_classic_heartbeat(service.coordinator, now_ms, group, member_id, instance_id, generation_id):
+        return R.heartbeat(ctx.api_version, NONE)
+    return None
+
+
+def sync(
+    service: ConsumerGroupService, now_ms: int, ctx: RequestContext, request: Any, group: ConsumerGroup
+) -> Any | None:
     """classicGroupSyncToConsumerGroup of a known classic member (by instance id too) at its
     generation, naming its protocol (or none), with no rebalance in progress for it: its
-    consumer-sync timer goes, its session is renewed and it gets its assignment."""
+    consumer-sync timer goes, its session is renewed and its answer (its assignment) is returned
+    for the caller to send."""
     _, generation_id, member_id, instance_id, protocol_type, protocol_name, _ = request
     member = group.members.get(member_id)
     if member is None:
-        return False
+        return None
     classic = member.classic
     if (
         classic is None
@@ -176,14 +198,11 @@ def sync(service: ConsumerGroupService, ctx: RequestContext, request: Any, group
         or (protocol_name is not None and protocol_name != classic.protocols[0][0])
         or (group.assignment_epoch > generation_id and member.state is not _UNREVOKED)
     ):
-        return False
+        return None
     coordinator = service.coordinator
-    runtime = service._runtime()
-    now_ms = runtime.now_ms()
     coordinator.timers.cancel(classic_timers_of(coordinator, group.group_id, member_id)[2])
     _renew_session(coordinator, now_ms, group, member_id, classic.session_timeout_ms)
-    runtime.respond(ctx, sync_ok_answer(coordinator, member, ctx.api_version, protocol_type, protocol_name))
-    return True
+    return sync_ok_answer(coordinator, member, ctx.api_version, protocol_type, protocol_name)
 
 
-__all__ = ["behind", "rejoin", "sync"]
+__all__ = ["behind", "heartbeat", "rejoin", "sync"]

@@ -399,26 +399,59 @@ def _subscription_version(subscription: bytes) -> int:
 
 
 def _encoded_entry(coordinator: ConsumerGroupCoordinator, member: ConsumerGroupMember) -> tuple[Any, ...]:
-    """(assignment, version, topic image, bytes, answers): the assignment's bytes, remembered per
-    assignment object (assignments are immutable mappings, and every SyncGroup of a classic
-    member in a consumer group asks for its own) while the version and the topic names and ids
-    stay, with the SyncGroup answers made of them (`sync_ok_answer`)."""
-    version = 0
-    if member.classic is not None and member.classic.protocols:
-        version = min(_subscription_version(member.classic.protocols[0][1]), 3)
+    """(assignment, version, topic image, bytes, answers, subscription, topic names): the
+    assignment's bytes, remembered per assignment object (assignments are immutable mappings,
+    and every SyncGroup of a classic member in a consumer group asks for its own) while the
+    version and the topic names and ids stay, with the SyncGroup answers made of them
+    (`sync_ok_answer`).
+
+    What the bytes depend on is checked first without rebuilding it (every SyncGroup of a
+    rolling upgrade's classic members lands here): the version is a function of the
+    subscription's bytes, the same object while the member's classic metadata stays; without
+    topic id overrides a name's id is `_serve_topic_id(name)`, distinct per name, so the names
+    of the assigned ids depend only on which names the image holds, not on their order or
+    partition counts."""
     assigned = member.assigned
+    classic = member.classic
+    subscription = classic.protocols[0][1] if classic is not None and classic.protocols else None
     cache = coordinator.encoded_assignments
-    image = (tuple(coordinator.topic_partitions), tuple(coordinator.topic_id_overrides.items()))
     found = cache.get(id(assigned))
-    if found is not None and found[0] is assigned and found[1] == version and found[2] == image:
+    if (
+        found is not None
+        and found[0] is assigned
+        and found[5] is subscription
+        and not coordinator.topic_id_overrides
+        and coordinator.topic_partitions.keys() == found[6]
+    ):
         return found
+    version = 0 if subscription is None else min(_subscription_version(subscription), 3)
+    image = (tuple(coordinator.topic_partitions), tuple(coordinator.topic_id_overrides.items()))
+    if found is not None and found[0] is assigned and found[1] == version and found[2] == image:
+        # The same bytes: kept, with what the first check reads next time.
+        entry = cache[id(assigned)] = (*found[:5], subscription, _names_checked(image))
+        return entry
     names = {coordinator.topic_id(n): n for n in coordinator.topic_partitions}
     by_name = {names[t]: sorted(ps) for t, ps in assigned.items() if t in names}
     if len(cache) > 4096:
         cache.clear()
     # The entry holds `assigned`: its id stays its own while the entry lives.
-    entry = cache[id(assigned)] = (assigned, version, image, encode_assignment(by_name, version), {})
+    entry = cache[id(assigned)] = (
+        assigned,
+        version,
+        image,
+        encode_assignment(by_name, version),
+        {},
+        subscription,
+        _names_checked(image),
+    )
     return entry
+
+
+def _names_checked(image: tuple[Any, ...]) -> frozenset[str] | None:
+    """The names `_encoded_entry`'s first check compares with the image's, or None (never
+    equal) for bytes made under topic id overrides: those are checked by the whole image."""
+    names, overrides = image
+    return None if overrides else frozenset(names)
 
 
 ClassicTimers = tuple[str, Callable[[int], None], str, Callable[[int], None]]

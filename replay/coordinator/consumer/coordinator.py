@@ -106,7 +106,8 @@ class ConsumerGroupCoordinator:
     member_id_seed: int = 0x848  # member ids this coordinator makes (v0 joins) are deterministic
     _ids: int = 0
     topic_ids_version: int = 0  # bumped when `add_topic` names a topic id (steady.py's cache)
-    # migration.assignment_bytes: id(assignment) -> (assignment, version, topic image, bytes, answers)
+    # classic_members._encoded_entry: id(assignment) -> (assignment, version, topic image, bytes,
+    # answers, subscription bytes, topic names)
     encoded_assignments: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     # classic_members.classic_timers_of: group id -> member id -> (consumer-join key, action,
     # consumer-sync key, action)

@@ -33,13 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.errors import ErrorCode
-from replay.coordinator import responses as R
-from replay.coordinator.codes import NONE, REBALANCE_IN_PROGRESS
 from replay.coordinator.consumer import classic_cycle, classic_members, migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
-from replay.coordinator.consumer.steady import steady_classic_heartbeat
 from replay.coordinator.consumer.types import (
     ConsumerGroupConfig,
     ConsumerGroupEvent,
@@ -304,9 +301,11 @@ class ConsumerGroupService:
         if not group.members:
             self.forget(request.group_id)
             return False
-        if classic_cycle.rejoin(self, ctx, request, group):
-            return True
         runtime = self._runtime()
+        answer = classic_cycle.rejoin(self, runtime.now_ms(), ctx, request, group)
+        if answer is not None:
+            runtime.respond(ctx, answer)
+            return True
         api_version = ctx.api_version
         member_id = request.member_id
         try:
@@ -414,9 +413,13 @@ class ConsumerGroupService:
         rebalance started (REBALANCE_IN_PROGRESS)."""
         coordinator = self.coordinator
         group = coordinator.groups.get(request.group_id)
-        if group is None or classic_cycle.sync(self, ctx, request, group):
-            return group is not None
+        if group is None:
+            return False
         runtime = self._runtime()
+        answer = classic_cycle.sync(self, runtime.now_ms(), ctx, request, group)
+        if answer is not None:
+            runtime.respond(ctx, answer)
+            return True
         api_version = ctx.api_version
         try:
             member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
@@ -457,15 +460,9 @@ class ConsumerGroupService:
         if group is None:
             return False
         runtime = self._runtime()
-        _, generation_id, member_id, instance_id = request  # replay.coordinator.parse.Heartbeat
-        # The two fast paths exclude each other (behind: the member's epoch is under the target's).
-        if classic_cycle.behind(self, runtime.now_ms(), group, request):
-            runtime.respond(ctx, R.heartbeat(ctx.api_version, REBALANCE_IN_PROGRESS))
-            return True
-        if steady_classic_heartbeat(
-            coordinator, runtime.now_ms(), group, member_id, instance_id, generation_id
-        ):
-            runtime.respond(ctx, R.heartbeat(ctx.api_version, NONE))
+        answer = classic_cycle.heartbeat(self, runtime.now_ms(), ctx, request, group)
+        if answer is not None:
+            runtime.respond(ctx, answer)
             return True
         code = _NONE
         try:
