@@ -212,7 +212,7 @@ class GroupCoordinator:
     # here when the checks Kafka makes before GroupMetadataManager looks the group up pass;
     # anything else (None, nothing changed) goes the full path: the classic handler, which
     # makes those checks and asks the consumer group service (service.classic_join/_sync/
-    # _heartbeat), which asks classic_cycle again and then runs Kafka's sequence.
+    # _heartbeat), which runs Kafka's sequence (classic_cycle was asked here, once).
 
     def _consumer_join(self, ctx: RequestContext, request: P.JoinGroup) -> Any:
         """GroupCoordinatorService.joinGroup's checks (a group id, the session timeout within

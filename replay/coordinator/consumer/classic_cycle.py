@@ -8,8 +8,8 @@ for its assignment (classicGroupSyncToConsumerGroup). The service's full paths (
 classic_members.py) run Kafka's sequence step by step; these answer the same requests when every
 condition under which that sequence does something else is ruled out first, and do only what it
 would then do: the same checks, reconciliation, timers (in the same order) and answers. Each
-returns the answer for its caller to send (core.handle, or the service's full path, which asks
-them first), or None, with nothing changed, for anything else (the full path's turn).
+returns the answer for core.handle to send (the one caller: its routes' `consumer_first`), or
+None, with nothing changed, for anything else (the service's full path's turn).
 tests/test_consumer_group_migration.py runs random classic cycles both ways (answers, events,
 timers, group, members).
 """

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.wire.errors import ErrorCode
-from replay.coordinator.consumer import classic_cycle, classic_members, migration
+from replay.coordinator.consumer import classic_members, migration
 from replay.coordinator.consumer.assignors import PartitionAssignorError
 from replay.coordinator.consumer.coordinator import ConsumerGroupCoordinator
 from replay.coordinator.consumer.group import ConsumerGroup, ConsumerGroupMember, MigrationPolicy
@@ -302,10 +302,6 @@ class ConsumerGroupService:
             self.forget(request.group_id)
             return False
         runtime = self._runtime()
-        answer = classic_cycle.rejoin(self, runtime.now_ms(), ctx, request, group)
-        if answer is not None:
-            runtime.respond(ctx, answer)
-            return True
         api_version = ctx.api_version
         member_id = request.member_id
         try:
@@ -416,10 +412,6 @@ class ConsumerGroupService:
         if group is None:
             return False
         runtime = self._runtime()
-        answer = classic_cycle.sync(self, runtime.now_ms(), ctx, request, group)
-        if answer is not None:
-            runtime.respond(ctx, answer)
-            return True
         api_version = ctx.api_version
         try:
             member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
@@ -460,10 +452,6 @@ class ConsumerGroupService:
         if group is None:
             return False
         runtime = self._runtime()
-        answer = classic_cycle.heartbeat(self, runtime.now_ms(), ctx, request, group)
-        if answer is not None:
-            runtime.respond(ctx, answer)
-            return True
         code = _NONE
         try:
             member = classic_members.classic_member(group, request.member_id, request.group_instance_id)
