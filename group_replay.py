@@ -96,6 +96,17 @@ def add_progress_option(parser: argparse.ArgumentParser, shows: str) -> None:
     parser.add_argument("--progress", choices=("on", "off"), default="on", help=f"show {shows} (default on)")
 
 
+def add_ci_output_options(parser: argparse.ArgumentParser, *, test_case: str, summary: str) -> None:
+    """`--junit-xml FILE` and `--summary-json FILE` of replay and validate (replay.ci_report writes
+    both): `test_case` says what one JUnit test case is, `summary` what the JSON holds."""
+    from pathlib import Path
+
+    parser.add_argument(
+        "--junit-xml", type=Path, metavar="FILE", help=f"JUnit XML: one test case per {test_case} (for CI)"
+    )
+    parser.add_argument("--summary-json", type=Path, metavar="FILE", help=f"{summary} as JSON")
+
+
 def _missing_module_line(name: str, exc: ModuleNotFoundError) -> str | None:
     """The one line for a command that failed on an optional extra's module, else None."""
     top = (exc.name or "").split(".")[0]

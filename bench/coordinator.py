@@ -62,8 +62,6 @@ API_NAMES = {JOIN: "join", SYNC: "sync", HEARTBEAT: "heartbeat", LEAVE: "leave"}
 
 @dataclass
 class Result:
-    mode: str
-    members: int
     coordinator_s: float = 0.0
     wall_s: float = 0.0
     virtual_ms: int = 0
@@ -80,7 +78,7 @@ def run(members: int, static: bool, heartbeat_ms: int, bounce_gap_ms: int, sessi
     """The members are replay's own `ClassicMember`s (join, sync, heartbeat, the Java consumer's
     error reactions); only the time spent inside `handle`/`advance` counts as coordinator time."""
     coordinator = GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=3000))
-    result = Result("static" if static else "dynamic", members)
+    result = Result()
     join = JoinSettings(GROUP, session_ms, 30_000, "consumer", (("range", b""),))
     crew = [
         ClassicMember(

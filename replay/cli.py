@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from group_replay import add_progress_option, parse_args
+from group_replay import add_ci_output_options, add_progress_option, parse_args
 from replay.brokers import group_settings
 from replay.events import EventName, RebalanceEvent, write_jsonl, write_parquet
 from replay.scenario import ScenarioError, builtin_names, load_builtin, resolve_scenario, scenario_text
@@ -251,11 +251,8 @@ def replay_main(argv: list[str]) -> int:
         "event file under a directory",
     )
     add_progress_option(parser, "each run's progress")
-    parser.add_argument(
-        "--junit-xml", type=Path, metavar="FILE", help="JUnit XML: one test case per session x run (for CI)"
-    )
-    parser.add_argument(
-        "--summary-json", type=Path, metavar="FILE", help="the runs, their verdicts and the exit code as JSON"
+    add_ci_output_options(
+        parser, test_case="session x run", summary="the runs, their verdicts and the exit code"
     )
     args = parse_args(parser, argv)
     if isinstance(args, int):

@@ -122,34 +122,10 @@ DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 
             "unknown placeholder {colour}",
         ),
         (
-            "members:\n  - match: {all: true}\n    instance_id: 'c-{client_id[0]}'\n",
-            5,
-            "members[0].instance_id",
-            "unknown placeholder {client_id[0]}",
-        ),
-        (
             "rolling:\n  after: {membership: static, instance_id: '{ordinal.real}'}\n",
             4,
             "rolling.after.instance_id",
             "unknown placeholder",
-        ),
-        (
-            "members:\n  - match: {all: true}\n    instance_id: '{ordinal:>999999999}'\n",
-            5,
-            "members[0].instance_id",
-            "no format spec",
-        ),
-        (
-            "members:\n  - match: {all: true}\n    instance_id: '{}'\n",
-            5,
-            "members[0].instance_id",
-            "placeholder",
-        ),
-        (
-            "members:\n  - match: {all: true}\n    instance_id: 'a{'\n",
-            5,
-            "members[0].instance_id",
-            "template",
         ),
         ("rolling:\n  interval_ms: 2147483648\n", 4, "rolling.interval_ms", "must be in 0..1800000"),
         ("duration_ms: 99999999999999999999\n", 3, "duration_ms", "must be in 1..3600000"),
@@ -172,11 +148,31 @@ DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 
     ids=lambda v: v if isinstance(v, int) else None,
 )
 def test_errors_name_file_line_and_field(body: str, line: int, field: str, message: str) -> None:
+    assert_refused(body, line, field, message)
+
+
+def assert_refused(body: str, line: int, field: str, message: str) -> None:
+    """`body` after GOOD_HEAD is refused at `line`, naming `field` (if any), with `message`."""
     with pytest.raises(ScenarioError) as caught:
         parse_scenario(GOOD_HEAD + body, "bad.yaml")
     text = str(caught.value)
     assert text.startswith(f"bad.yaml:{line}: {field}: " if field else f"bad.yaml:{line}: "), text
     assert message in text
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("c-{client_id[0]}", "unknown placeholder {client_id[0]}"),
+        ("{ordinal:>999999999}", "no format spec"),
+        ("{}", "placeholder"),
+        ("a{", "template"),
+    ],
+)
+def test_instance_id_template_errors_name_the_template_line(template: str, message: str) -> None:
+    """Whatever is wrong with an instance_id template, the error names its line and field."""
+    body = f"members:\n  - match: {{all: true}}\n    instance_id: '{template}'\n"
+    assert_refused(body, 5, "members[0].instance_id", message)
 
 
 def test_scenario_names_are_identifiers_and_as_recorded_is_reserved() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from group_replay import add_progress_option, parse_args
+from group_replay import add_ci_output_options, add_progress_option, parse_args
 from validator.session import java_problem
 
 EXIT_OK, EXIT_DIFFERENCES, EXIT_INPUT = 0, 1, 2
@@ -62,11 +62,8 @@ def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser
         metavar="N",
         help="unusable input rows tolerated before exiting 2 (default 0; they are always counted)",
     )
-    parser.add_argument(
-        "--junit-xml", type=Path, metavar="FILE", help="JUnit XML: one test case per comparison (for CI)"
-    )
-    parser.add_argument(
-        "--summary-json", type=Path, metavar="FILE", help="counts, every comparison and the exit code as JSON"
+    add_ci_output_options(
+        parser, test_case="comparison", summary="counts, every comparison and the exit code"
     )
     return parser
 

@@ -63,31 +63,38 @@ COMPARISON_KEY: tuple[str, ...] = ("session_id", "scenario", "group_id", "expect
 """What a row of a comparison table is about: one group's observed run against its expected run."""
 
 
-def _keyed(key: tuple[str, ...], fields: list[StructField]) -> StructType:
-    """An output table whose first columns are `key` (strings, in that order), then `fields`."""
-    return StructType([*(StructField(name, StringType(), True) for name in key), *fields])
+# The output tables' column types. Every output column is nullable (a file source reads each
+# column as nullable anyway), so a table is declared as `name=TYPE` pairs, in column order.
+STRING, INT, LONG, BOOLEAN = StringType(), IntegerType(), LongType(), BooleanType()
+STRINGS, INTS = ArrayType(StringType(), True), ArrayType(IntegerType(), True)
 
 
-def _per_member(name: str, fields: list[StructField]) -> StructField:
-    """A column holding a list of per-member values: `member_key`, then `fields`."""
-    member = StructType([StructField("member_key", StringType(), True), *fields])
-    return StructField(name, ArrayType(member, True), True)
+def _columns(**types: DataType) -> list[StructField]:
+    return [StructField(name, data_type, True) for name, data_type in types.items()]
+
+
+def _keyed(key: tuple[str, ...], **types: DataType) -> StructType:
+    """An output table whose first columns are `key` (strings, in that order), then `types`."""
+    return StructType(_columns(**dict.fromkeys(key, STRING), **types))
+
+
+def _per_member(**types: DataType) -> ArrayType:
+    """A list of per-member values: `member_key`, then `types`."""
+    return ArrayType(StructType(_columns(member_key=STRING, **types)), True)
 
 
 # ---- output tables -------------------------------------------------------------------------------
 
 OBSERVED_REBALANCES_SCHEMA = _keyed(
     RUN_KEY,
-    [
-        StructField("ordinal", IntegerType(), True),
-        StructField("generation_id", IntegerType(), True),
-        StructField("ts_ms", LongType(), True),
-        StructField("leader", StringType(), True),
-        StructField("members", LongType(), True),
-        StructField("protocol_name", StringType(), True),
-        StructField("partitions_moved", IntegerType(), True),
-        StructField("pause_ms", LongType(), True),
-    ],
+    ordinal=INT,
+    generation_id=INT,
+    ts_ms=LONG,
+    leader=STRING,
+    members=LONG,
+    protocol_name=STRING,
+    partitions_moved=INT,
+    pause_ms=LONG,
 )
 """One row per completed generation; `ordinal` counts completed generations 1, 2, ... per run.
 `partitions_moved`: partitions that changed owner at this generation; `pause_ms`: from the
@@ -96,111 +103,93 @@ rebalance's start to this completion, when (eager protocol) no member holds part
 
 RUN_SUMMARY_SCHEMA = _keyed(
     RUN_KEY,
-    [
-        StructField("rebalance_count", IntegerType(), True),
-        StructField("rebalances_started", LongType(), True),
-        StructField("members", LongType(), True),
-        StructField("fenced", ArrayType(StringType(), True), True),
-        StructField("expired", ArrayType(StringType(), True), True),
-        StructField("left", ArrayType(StringType(), True), True),
-        StructField("error_codes", ArrayType(IntegerType(), True), True),
-        StructField("last_ts_ms", LongType(), True),
-        StructField("not_run_detail", StringType(), True),
-        StructField("join_api_versions", ArrayType(IntegerType(), True), True),
-        StructField("left_without_instance_id", ArrayType(StringType(), True), True),
-        StructField("skip_assignment_seen", BooleanType(), True),
-        StructField("partitions_moved", IntegerType(), True),
-        _per_member(
-            "member_churn",
-            [StructField("moved", IntegerType(), True), StructField("unassigned_ms", LongType(), True)],
-        ),
-    ],
+    rebalance_count=INT,
+    rebalances_started=LONG,
+    members=LONG,
+    fenced=STRINGS,
+    expired=STRINGS,
+    left=STRINGS,
+    error_codes=INTS,
+    last_ts_ms=LONG,
+    not_run_detail=STRING,
+    join_api_versions=INTS,
+    left_without_instance_id=STRINGS,
+    skip_assignment_seen=BOOLEAN,
+    partitions_moved=INT,
+    member_churn=_per_member(moved=INT, unassigned_ms=LONG),
 )
 """One row per run; `not_run_detail` is set (and nothing else happened) when the run could not be
 carried out. The last three columns are context for explaining differences (validator.explain)."""
 
 # What a fact is about: a difference compares two runs' values of one fact.
-_FACT_FIELDS = [
-    StructField("aspect", StringType(), True),
-    StructField("subject", StringType(), True),
-    StructField("ordinal", IntegerType(), True),
-]
+_FACT_TYPES: dict[str, DataType] = {"aspect": STRING, "subject": STRING, "ordinal": INT}
 
-FACTS_SCHEMA = _keyed(RUN_KEY, [*_FACT_FIELDS, StructField("value", StringType(), True)])
+FACTS_SCHEMA = _keyed(RUN_KEY, **_FACT_TYPES, value=STRING)
 """What must not drift, one comparable fact per row. `ordinal` 0 means "the whole run"."""
 
-PAIRS_SCHEMA = _keyed(
-    COMPARISON_KEY,
-    [
-        StructField("role", StringType(), True),
-    ],
-)
+PAIRS_SCHEMA = _keyed(COMPARISON_KEY, role=STRING)
 
 # What one difference says (the CI outputs list these per case), then how it is explained.
-_DIFF_FIELDS = [
-    *_FACT_FIELDS,
-    StructField("expected_value", StringType(), True),
-    StructField("observed_value", StringType(), True),
-    StructField("change", StringType(), True),
-    StructField("severity", IntegerType(), True),
-]
-DIFF_COLUMNS: tuple[str, ...] = tuple(f.name for f in _DIFF_FIELDS)
+_DIFF_TYPES: dict[str, DataType] = {
+    **_FACT_TYPES,
+    "expected_value": STRING,
+    "observed_value": STRING,
+    "change": STRING,
+    "severity": INT,
+}
+DIFF_COLUMNS: tuple[str, ...] = tuple(_DIFF_TYPES)
 
 REBALANCE_DIFF_SCHEMA = _keyed(
     COMPARISON_KEY,
-    [
-        *_DIFF_FIELDS,
-        StructField("is_noise", BooleanType(), True),
-        StructField("cause", StringType(), True),
-        StructField("next_step", StringType(), True),
-    ],
+    **_DIFF_TYPES,
+    is_noise=BOOLEAN,
+    cause=STRING,
+    next_step=STRING,
 )
 
 SESSION_VERDICT_SCHEMA = _keyed(
     COMPARISON_KEY,
-    [
-        StructField("status", StringType(), True),
-        StructField("diffs", LongType(), True),
-        StructField("noise_diffs", LongType(), True),
-        StructField("expected_rebalances", IntegerType(), True),
-        StructField("observed_rebalances", IntegerType(), True),
-        StructField("rebalance_count_delta", IntegerType(), True),
-        StructField("first_divergent_ordinal", IntegerType(), True),
-        StructField("members_changed", ArrayType(StringType(), True), True),
-        StructField("unexpected_fenced", ArrayType(StringType(), True), True),
-        StructField("unexpected_expired", ArrayType(StringType(), True), True),
-        StructField("error_changes", ArrayType(StringType(), True), True),
-        StructField("worst_severity", IntegerType(), True),
-        StructField("worst_aspect", StringType(), True),
-        StructField("not_run_detail", StringType(), True),
-        StructField("explanation", StringType(), True),
-        StructField("expected_partitions_moved", IntegerType(), True),
-        StructField("observed_partitions_moved", IntegerType(), True),
-    ],
+    status=STRING,
+    diffs=LONG,
+    noise_diffs=LONG,
+    expected_rebalances=INT,
+    observed_rebalances=INT,
+    rebalance_count_delta=INT,
+    first_divergent_ordinal=INT,
+    members_changed=STRINGS,
+    unexpected_fenced=STRINGS,
+    unexpected_expired=STRINGS,
+    error_changes=STRINGS,
+    worst_severity=INT,
+    worst_aspect=STRING,
+    not_run_detail=STRING,
+    explanation=STRING,
+    expected_partitions_moved=INT,
+    observed_partitions_moved=INT,
 )
 
 COMPATIBILITY_MATRIX_SCHEMA = StructType(
-    [
-        StructField("scenario", StringType(), True),
-        StructField("client", StringType(), True),
-        StructField("expected_run", StringType(), True),
-        StructField("observed_run", StringType(), True),
-        StructField("broker_version", StringType(), True),
-        StructField("sessions", LongType(), True),
-        StructField("passed", LongType(), True),
-        StructField("differs", LongType(), True),
-        StructField("failed", LongType(), True),
-        StructField("not_run", LongType(), True),
-        StructField("diffs", LongType(), True),
-        StructField("noise_diffs", LongType(), True),
-        StructField("worst_severity", IntegerType(), True),
-        StructField("worst_aspect", StringType(), True),
-        StructField("worst_session", StringType(), True),
-        StructField("worst_group", StringType(), True),
-        StructField("expected_partitions_moved", LongType(), True),
-        StructField("partitions_moved", LongType(), True),
-        StructField("protocol", StringType(), True),
-    ]
+    _columns(
+        scenario=STRING,
+        client=STRING,
+        expected_run=STRING,
+        observed_run=STRING,
+        broker_version=STRING,
+        sessions=LONG,
+        passed=LONG,
+        differs=LONG,
+        failed=LONG,
+        not_run=LONG,
+        diffs=LONG,
+        noise_diffs=LONG,
+        worst_severity=INT,
+        worst_aspect=STRING,
+        worst_session=STRING,
+        worst_group=STRING,
+        expected_partitions_moved=LONG,
+        partitions_moved=LONG,
+        protocol=STRING,
+    )
 )
 """`protocol` is the matrix's protocol axis: what the group's members spoke in the expected run
 (validator.migration.protocol_path: `classic`, `consumer`, `classic -> consumer`, ...)."""
@@ -209,17 +198,15 @@ COMPATIBILITY_MATRIX_SCHEMA = StructType(
 
 MIGRATION_STEPS_SCHEMA = _keyed(
     RUN_KEY,
-    [
-        StructField("step", IntegerType(), True),
-        StructField("start_ms", LongType(), True),
-        StructField("end_ms", LongType(), True),
-        StructField("switched", ArrayType(StringType(), True), True),
-        StructField("group_type", StringType(), True),
-        StructField("conversions", ArrayType(StringType(), True), True),
-        StructField("partitions_moved", IntegerType(), True),
-        _per_member("rejoins", [StructField("rejoins", IntegerType(), True)]),
-        _per_member("unassigned", [StructField("unassigned_ms", LongType(), True)]),
-    ],
+    step=INT,
+    start_ms=LONG,
+    end_ms=LONG,
+    switched=STRINGS,
+    group_type=STRING,
+    conversions=STRINGS,
+    partitions_moved=INT,
+    rejoins=_per_member(rejoins=INT),
+    unassigned=_per_member(unassigned_ms=LONG),
 )
 """One row per run and migration step. Step 0 is the group before any member switched protocol;
 step k begins where the k-th switch began (the member's LeaveGroup before it, else its first
@@ -231,22 +218,15 @@ none not listed); `unassigned`: per member, time in the group holding no partiti
 
 MIGRATION_TIMELINE_SCHEMA = _keyed(
     RUN_KEY,
-    [
-        StructField("lane", StringType(), True),
-        StructField("state", StringType(), True),
-        StructField("protocol", StringType(), True),
-        StructField("start_ms", LongType(), True),
-        StructField("end_ms", LongType(), True),
-    ],
+    lane=STRING,
+    state=STRING,
+    protocol=STRING,
+    start_ms=LONG,
+    end_ms=LONG,
 )
 """The migration timeline plot's segments: per member (`lane` = member_key) the stretches it was in
 the group `holding` partitions or `empty` (holding none), with the protocol it spoke; per run one
 `lane` "" of `group_type` stretches whose `protocol` is the group's type."""
 
-GROUP_PROTOCOL_SCHEMA = _keyed(
-    RUN_KEY,
-    [
-        StructField("protocol", StringType(), True),
-    ],
-)
+GROUP_PROTOCOL_SCHEMA = _keyed(RUN_KEY, protocol=STRING)
 """Per run: the protocols its members spoke first and last (`classic -> consumer`)."""

@@ -10,6 +10,7 @@ group id names, or None when there is none (or the API names several).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from proxy.wire.apis import ApiKey
@@ -26,6 +27,7 @@ from replay.coordinator.codes import (
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
 )
+from replay.coordinator.consumer.service import ConsumerGroupService
 from replay.coordinator.group import ClassicGroup
 from replay.coordinator.join import JoinGroupHandling
 from replay.coordinator.persist import store_group
@@ -47,9 +49,7 @@ class ClassicGroupManager(JoinGroupHandling):
             self._respond(ctx, R.sync_group(api_version, INCONSISTENT_GROUP_PROTOCOL))
             return
         if group is None:
-            if self.consumer_groups is not None and self.consumer_groups.classic_sync(ctx, request):
-                return  # classicGroupSyncToConsumerGroup (KIP-848)
-            self._respond(ctx, R.sync_group(api_version, UNKNOWN_MEMBER_ID))
+            self._not_classic(ctx, request, ConsumerGroupService.classic_sync, R.sync_group)
             return
         code = self._member_error(group, member_id, group_instance_id, generation_id, "sync-group")
         if code == NONE and (
@@ -126,9 +126,7 @@ class ClassicGroupManager(JoinGroupHandling):
             self._respond(ctx, R.heartbeat(api_version, INVALID_GROUP_ID))
             return
         if group is None:
-            if self.consumer_groups is not None and self.consumer_groups.classic_heartbeat(ctx, request):
-                return  # classicGroupHeartbeatToConsumerGroup (KIP-848)
-            self._respond(ctx, R.heartbeat(api_version, UNKNOWN_MEMBER_ID))
+            self._not_classic(ctx, request, ConsumerGroupService.classic_heartbeat, R.heartbeat)
             return
         code = self._member_error(group, member_id, group_instance_id, generation_id, "heartbeat")
         if code == NONE:
@@ -163,8 +161,23 @@ class ClassicGroupManager(JoinGroupHandling):
             code = ILLEGAL_GENERATION
         return code
 
+    def _not_classic(
+        self,
+        ctx: RequestContext,
+        request: Any,
+        to_consumer_group: Callable[[ConsumerGroupService, RequestContext, Any], bool],
+        answer: Callable[[int, int], Any],
+    ) -> None:
+        """No classic group has this id: the dispatch GroupMetadataManager's classicGroupSync,
+        classicGroupHeartbeat and classicGroupLeave share. A consumer group (KIP-848) answers its
+        classic members itself (`to_consumer_group`: classicGroup*ToConsumerGroup); no group is
+        UNKNOWN_MEMBER_ID, in the API's `answer(api_version, code)`."""
+        consumer_groups = self.consumer_groups
+        if consumer_groups is None or not to_consumer_group(consumer_groups, ctx, request):
+            self._respond(ctx, answer(ctx.api_version, UNKNOWN_MEMBER_ID))
+
     # --- LeaveGroup --------------------------------------------------------------------------
-    def leave_group(self, ctx: RequestContext, request: P.LeaveGroup, group: ClassicGroup | None) -> None:  # noqa: C901 - follows Kafka's classicGroupLeave branch by branch
+    def leave_group(self, ctx: RequestContext, request: P.LeaveGroup, group: ClassicGroup | None) -> None:
         """GroupCoordinator.handleLeaveGroup / GroupMetadataManager.classicGroupLeave."""
         api_version = ctx.api_version
         leaving = request.members
@@ -172,13 +185,14 @@ class ClassicGroupManager(JoinGroupHandling):
             self._respond(ctx, R.leave_group(api_version, INVALID_GROUP_ID, []))
             return
         if group is None:
-            if self.consumer_groups is not None and self.consumer_groups.classic_leave(ctx, request):
-                return  # classicGroupLeaveToConsumerGroup (KIP-848)
             # Scala: per-member UNKNOWN_MEMBER_ID. The new coordinator's classicGroupLeave throws
             # UnknownMemberIdException, which GroupCoordinatorService.leaveGroup turns back into
             # the same per-member errors (checked against 3.9 and 4.x brokers).
-            self._respond(
-                ctx, R.leave_group(api_version, NONE, [(m, i, UNKNOWN_MEMBER_ID) for m, i in leaving])
+            self._not_classic(
+                ctx,
+                request,
+                ConsumerGroupService.classic_leave,
+                lambda version, code: R.leave_group(version, NONE, [(m, i, code) for m, i in leaving]),
             )
             return
         if group.is_in(GroupState.DEAD):
