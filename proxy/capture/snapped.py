@@ -273,33 +273,17 @@ def native_run_blocks(
     client: Stream, upstream: Stream, to_server: bool, ts_ns: int, data: bytes, whole: bool
 ) -> Buffer:
     """`python_run_blocks` by the C builder (`proxy/capture/_snapped.c`), byte for byte."""
+    assert _build is not None  # chosen only if built
     if to_server:
-        assert _build is not None  # chosen only if built
-        blocks, advance = _build(
-            client.to_server.snapped,
-            0,
-            ts_ns,
-            client.client_seq,
-            client.server_seq,
-            data,
-            whole,
-            REQUEST_CAPTURED,
-        )
-        client.client_seq += advance
+        side, seq, ack, captured = client.to_server, client.client_seq, client.server_seq, REQUEST_CAPTURED
+    else:
+        side, seq, ack, captured = client.to_client, client.server_seq, client.client_seq, RESPONSE_CAPTURED
+    blocks, advance = _build(side.snapped, 0, ts_ns, seq, ack, data, whole, captured)
+    if to_server:
+        client.client_seq = seq + advance
         upstream.client_seq += advance
     else:
-        assert _build is not None  # chosen only if built
-        blocks, advance = _build(
-            client.to_client.snapped,
-            0,
-            ts_ns,
-            client.server_seq,
-            client.client_seq,
-            data,
-            whole,
-            RESPONSE_CAPTURED,
-        )
-        client.server_seq += advance
+        client.server_seq = seq + advance
         upstream.server_seq += advance
     return blocks
 
