@@ -10,7 +10,11 @@ Two measures, each the best of 7 repetitions, in a fresh process per tree, the t
   request/response pair (every thread of the proxy process; the writer process apart),
   unrecorded and in group scope, at 1 and 64 frames per read.
 
-    python bench/capture_micro.py [--baseline DIR] [--rounds 3]
+    python bench/capture_micro.py [--baseline DIR] [--rounds 3] [--writer-only]
+
+Where the tree has the C builder of header-only packets built (`proxy.capture._snapped`), the
+writer measures run with each builder (`python`, `native`) in the same process; the shapes are
+runs of heads (bigger frames) and of whole frames (what the pipelined load hands over).
 """
 
 from __future__ import annotations
@@ -41,35 +45,47 @@ def _response(correlation_id: int) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def writer_us(frames: int, pairs: int) -> float:
-    from proxy.capture.packets import Synthesizer
-    from proxy.layouts import HEADERS, OPEN, REQUEST_HEADS, RESPONSE_HEADS
+def _run_frames(frames: int, i: int, whole: bool) -> tuple[bytes, bytes]:
+    """A run's requests and responses as the pipelined synthetic load sends them (104-byte
+    requests, 12-byte responses: `bench/proxy_overhead.py`), whole or as their heads."""
+    from proxy.layouts import REQUEST_HEADS, RESPONSE_HEADS
 
+    ids = range(i * frames, (i + 1) * frames)
+    if whole:
+        return (
+            b"".join(REQUEST_HEADS.pack(100, 0, 7, c) + b"r" * 92 for c in ids),
+            b"".join(RESPONSE_HEADS.pack(8, c) + b"s" * 4 for c in ids),
+        )
+    return (
+        b"".join(REQUEST_HEADS.pack(120, 0, 7, c) for c in ids),
+        b"".join(RESPONSE_HEADS.pack(96, c) for c in ids),
+    )
+
+
+def writer_us(frames: int, pairs: int, whole: bool = False, builder: str | None = None) -> float:
+    """`builder`: "python" or "native" forces `snapped.run_blocks` where the tree has it."""
+    from proxy.capture import snapped
+    from proxy.capture.packets import Synthesizer
+    from proxy.layouts import HEADERS, OPEN
+
+    if builder is not None:
+        snapped.run_blocks = getattr(snapped, f"{builder}_run_blocks")  # type: ignore[attr-defined]
     runs: list[tuple[object, ...]] = []
     for i in range(pairs // frames):
-        ids = range(i * frames, (i + 1) * frames)
-        runs.append(
-            (
-                HEADERS,
-                1 + i % 4,
-                1000 + i,
-                "request",
-                "c",
-                b"".join(REQUEST_HEADS.pack(120, 0, 7, c) for c in ids),
-            )
-        )
-        runs.append(
-            (HEADERS, 1 + i % 4, 1001 + i, "response", "c", b"".join(RESPONSE_HEADS.pack(96, c) for c in ids))
-        )
+        requests, responses = _run_frames(frames, i, whole)
+        runs.append((HEADERS, 1 + i % 4, 1000 + i, "request", "c", requests))
+        runs.append((HEADERS, 1 + i % 4, 1001 + i, "response", "c", responses))
     from proxy import layouts
 
     if hasattr(layouts, "HEADER_RUN"):  # runs packed into one bytes item per batch, as the proxy sends them
         run_head = layouts.HEADER_RUN
+        flag = (whole,) if hasattr(layouts, "WHOLE_FRAMES") else ()
 
         def packed(chunk: list[tuple[object, ...]]) -> list[bytes]:
             return [
                 b"".join(
-                    run_head.pack(conn, ts, len(heads) if direction == "request" else -len(heads)) + heads
+                    run_head.pack(conn, ts, len(heads) if direction == "request" else -len(heads), *flag)
+                    + heads
                     for _, conn, ts, direction, _, heads in chunk  # type: ignore[misc]
                 )
             ]
@@ -85,6 +101,7 @@ def writer_us(frames: int, pairs: int) -> float:
         for data in batches:
             synthesizer.batch(marshal.loads(data))
         best = min(best, (time.thread_time_ns() - start) / pairs / 1000)
+        assert synthesizer.error is None, synthesizer.error
     return best
 
 
@@ -127,7 +144,23 @@ async def relay_us(scope: str, frames: int, reads: int) -> float:
 
 
 def measure_here() -> dict[str, float]:
-    results = {f"writer, {n} frame(s) per run": writer_us(n, 10_000 if n == 1 else 100_000) for n in (1, 64)}
+    from proxy.capture import snapped
+
+    builders: list[str | None] = [None]
+    if getattr(snapped, "_build", None) is not None:  # the C builder is built: both, same process
+        builders = ["python", "native"]
+    results = {}
+    for whole in (False, True):
+        for n in (1, 64):
+            for builder in builders:
+                name = f"writer{'' if builder is None else ' ' + builder}, {n} frame(s) per run"
+                results[name + (", whole" if whole else "")] = writer_us(
+                    n, 10_000 if n == 1 else 100_000, whole, builder
+                )
+    if builders[0] is not None:
+        snapped.run_blocks = snapped.native_run_blocks  # type: ignore[attr-defined]
+    if os.environ.get("CAPTURE_MICRO_WRITER_ONLY"):
+        return results
     for frames in (1, 64):
         for scope in ("proxy", "group"):
             reads = 64 * (300 if frames == 1 else 20)
@@ -141,6 +174,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", type=Path, help="a checkout (git archive) measured alternately")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--writer-only", action="store_true", help="only the writer measures")
     parser.add_argument("--here", action="store_true", help=argparse.SUPPRESS)  # one tree, JSON out
     args = parser.parse_args()
     if args.here:
@@ -148,11 +182,12 @@ def main() -> int:
         return 0
     trees = {"this tree": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
     rows: dict[str, dict[str, list[float]]] = {}
+    only = {"CAPTURE_MICRO_WRITER_ONLY": "1"} if args.writer_only else {}
     for round_ in range(args.rounds):
         for name, tree in trees.items() if round_ % 2 == 0 else reversed(trees.items()):
             out = subprocess.run(
                 [sys.executable, str(Path(__file__).resolve()), "--here"], cwd=tree, check=True,
-                capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)},
+                capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree), **only},
             ).stdout  # fmt: skip
             for measure, value in json.loads(out).items():
                 rows.setdefault(measure, {}).setdefault(name, []).append(value)
@@ -161,7 +196,11 @@ def main() -> int:
     print("|---|" + "---:|" * len(trees))
     for measure, values in rows.items():
         print(
-            f"| {measure} | " + " | ".join(f"{statistics.median(values[name]):.2f}" for name in trees) + " |"
+            f"| {measure} | "
+            + " | ".join(
+                f"{statistics.median(values[name]):.2f}" if name in values else "-" for name in trees
+            )
+            + " |"
         )
     print(f"\ncpus {os.cpu_count()}, load average at the end {os.getloadavg()[0]:.1f}")
     return 0

@@ -33,6 +33,26 @@ FORMAT_4 = FORMATS / "format-4-header-only.pcapng"
 FORMAT_5 = FORMATS / "format-5-header-only.pcapng"  # the same input, written by format 5's writer
 
 
+try:
+    from proxy.capture import _snapped
+except ImportError:  # pragma: no cover - a source tree without `python setup.py build_ext --inplace`
+    _snapped = None  # type: ignore[assignment]
+
+_NATIVE = pytest.param(
+    "native", marks=pytest.mark.skipif(_snapped is None, reason="proxy.capture._snapped is not built")
+)
+
+
+@pytest.fixture(params=["python", _NATIVE])
+def builder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The writer process's builder of header-only packets, forced (`snapped.run_blocks`): by the
+    environment for the writer process `CaptureWriter` starts, in this process by a patch."""
+    name: str = request.param
+    monkeypatch.setenv("GROUP_REPLAY_CAPTURE_BUILDER", name)
+    monkeypatch.setattr(snapped, "run_blocks", getattr(snapped, f"{name}_run_blocks"))
+    return name
+
+
 def _hand_over(writer: CaptureWriter, commands: list[object]) -> None:
     """A read's recording commands to the writer, as `proxy.server` hands them over."""
     for command in commands:
@@ -84,6 +104,7 @@ def _fields(path: Path) -> list[tuple[object, ...]]:
 
 
 @pytest.mark.parametrize("old_format", [FORMAT_4, FORMAT_5], ids=["format-4", "format-5"])
+@pytest.mark.usefixtures("builder")
 def test_format_6_reads_as_the_older_formats_did(tmp_path: Path, old_format: Path) -> None:
     path = tmp_path / "scoped.pcapng"
     _scoped_capture(path)
@@ -104,6 +125,7 @@ def test_format_6_reads_as_the_older_formats_did(tmp_path: Path, old_format: Pat
     assert [row[-1] for row in header_only] == [100_002, 52, 30, 70_000]
 
 
+@pytest.mark.usefixtures("builder")
 def test_snapped_packets_keep_sequence_numbers_and_ip_checksums(tmp_path: Path) -> None:
     path = tmp_path / "scoped.pcapng"
     _scoped_capture(path)
@@ -186,6 +208,7 @@ def test_one_frame_at_a_time_writes_what_a_run_writes(
     assert all(written[0][0].count(head) == 1 for head in heads)
 
 
+@pytest.mark.usefixtures("builder")
 def test_the_backlog_of_header_only_runs_drains_to_zero(tmp_path: Path) -> None:
     """The server pauses clients on `backlog_bytes`: for header-only runs the proxy must count
     what the writer process reports written for them (it counted a third of it, and the backlog
@@ -242,6 +265,7 @@ def _mixed_capture(path: Path, packed: bool) -> None:
     writer.close()
 
 
+@pytest.mark.usefixtures("builder")
 def test_runs_packed_by_the_session_write_what_headers_commands_write(tmp_path: Path) -> None:
     """The server's sessions pack header-only runs onto the writer (`header_runs`) instead of a
     HEADERS command per read, small frames whole (the writer takes their heads): the capture holds
@@ -267,3 +291,17 @@ def test_runs_packed_by_the_session_write_what_headers_commands_write(tmp_path: 
     ]
     assert _fields(tmp_path / "packed.pcapng") == fields
     assert (tmp_path / "packed.pcapng").read_bytes() == (tmp_path / "plain.pcapng").read_bytes()
+
+
+@pytest.mark.skipif(_snapped is None, reason="proxy.capture._snapped is not built")
+def test_the_c_builder_writes_the_python_builders_captures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The captures above, written through the writer process with each builder: byte for byte."""
+    written: dict[str, list[bytes]] = {}
+    for name in ("python", "native"):
+        monkeypatch.setenv("GROUP_REPLAY_CAPTURE_BUILDER", name)
+        _scoped_capture(tmp_path / f"{name}-scoped.pcapng")
+        _mixed_capture(tmp_path / f"{name}-packed.pcapng", packed=True)
+        written[name] = [(tmp_path / f"{name}-{kind}.pcapng").read_bytes() for kind in ("scoped", "packed")]
+    assert written["native"] == written["python"]

@@ -34,6 +34,7 @@ import struct
 from typing import Any
 
 from proxy import layouts
+from proxy.capture import snapped
 from proxy.capture.blocks import EPB_HEAD, LEGS, OPT_END, PADS, PcapNgBlocks, tool_version
 from proxy.capture.header import (
     close_comment,
@@ -41,13 +42,6 @@ from proxy.capture.header import (
     frame_comment_head,
     frame_comment_tail,
     open_comment,
-)
-from proxy.capture.snapped import (
-    REQUEST_CAPTURED,
-    RESPONSE_CAPTURED,
-    header_only_blocks,
-    skip_header_only,
-    whole_frames,
 )
 from proxy.capture.tcp import FLAG_ACK as _FLAG_ACK
 from proxy.capture.tcp import FLAG_FIN as _FLAG_FIN
@@ -139,13 +133,9 @@ class Synthesizer:
             at += step
             heads = packed[at : at + length]
             at += length
-            stride = REQUEST_CAPTURED if to_server else RESPONSE_CAPTURED  # the captured bytes are the heads
-            captured = stride
-            if whole:
-                heads, stride = whole_frames(heads, captured)
-            stream = streams.get((conn, 0)) or self._stream(conn, 0)
-            out.append(header_only_blocks(stream, 0, to_server, ts_ns, heads, stride, captured))
-            skip_header_only(streams.get((conn, 1)) or self._stream(conn, 1), to_server, heads, stride)
+            client = streams.get((conn, 0)) or self._stream(conn, 0)
+            upstream = streams.get((conn, 1)) or self._stream(conn, 1)
+            out.append(snapped.run_blocks(client, upstream, to_server, ts_ns, heads, whole))
             self.written_bytes += step + length  # what the proxy counted for it
 
     def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:

@@ -20,17 +20,25 @@ equal sizes (what a pipelining client sends) is patched with one strided slice a
 A run of one frame in one packet (a client sending one request at a time: most reads then) is
 its template with four fields patched in place (about half the time per frame of the general
 path, measured).
+
+`run_blocks` is what the writer calls per run: the C builder `proxy.capture._snapped` (the same
+bytes, from one pass over the run's frames: ~a tenth of this module's time per frame) when it is
+built, else this module's Python, which stays the reference. `GROUP_REPLAY_CAPTURE_BUILDER=python`
+chooses the Python one; which one runs is logged once per process at debug level.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import struct
+from collections.abc import Callable
 from itertools import accumulate
 from typing import NamedTuple
 
 from proxy.capture.blocks import EPB_HEAD
-from proxy.capture.tcp import FLAG_ACK, FLAG_PSH, HEADERS_BYTES, MAX_SEGMENT, SEQ_AT, Side, Stream
+from proxy.capture.tcp import FLAG_ACK, FLAG_PSH, HEADERS_BYTES, MAX_SEGMENT, SEQ_AT, Buffer, Side, Stream
 from proxy.layouts import REQUEST_HEADS, RESPONSE_HEADS
 
 # The relay's heads (`proxy.layouts`) are exactly the bytes a block keeps of a frame.
@@ -247,11 +255,57 @@ def _patch_each(
     return seq
 
 
+def python_run_blocks(
+    client: Stream, upstream: Stream, to_server: bool, ts_ns: int, data: bytes, whole: bool
+) -> Buffer:
+    """The client leg's blocks of one run of header-only frames (`data`: their heads back to back,
+    or with `whole` the frames themselves); both legs' streams advance past them (format 6)."""
+    captured = REQUEST_CAPTURED if to_server else RESPONSE_CAPTURED
+    stride = captured
+    if whole:
+        data, stride = whole_frames(data, captured)
+    blocks = header_only_blocks(client, 0, to_server, ts_ns, data, stride, captured)
+    skip_header_only(upstream, to_server, data, stride)
+    return blocks
+
+
+def native_run_blocks(
+    client: Stream, upstream: Stream, to_server: bool, ts_ns: int, data: bytes, whole: bool
+) -> Buffer:
+    """`python_run_blocks` by the C builder (`proxy/capture/_snapped.c`), byte for byte."""
+    assert _build is not None  # chosen only if built
+    if to_server:
+        side, seq, ack, captured = client.to_server, client.client_seq, client.server_seq, REQUEST_CAPTURED
+    else:
+        side, seq, ack, captured = client.to_client, client.server_seq, client.client_seq, RESPONSE_CAPTURED
+    blocks, advance = _build(side.snapped, 0, ts_ns, seq, ack, data, whole, captured)
+    if to_server:
+        client.client_seq = seq + advance
+        upstream.client_seq += advance
+    else:
+        client.server_seq = seq + advance
+        upstream.server_seq += advance
+    return blocks
+
+
+_build: Callable[..., tuple[bytes, int]] | None
+try:
+    from proxy.capture._snapped import build as _build
+except ImportError:  # not built: a source tree run without `python setup.py build_ext --inplace`
+    _build = None
+_PYTHON = _build is None or os.environ.get("GROUP_REPLAY_CAPTURE_BUILDER", "") == "python"
+run_blocks = python_run_blocks if _PYTHON else native_run_blocks
+logging.getLogger(__name__).debug("header-only packets built by the %s builder", "Python" if _PYTHON else "C")
+
+
 __all__ = [
     "CAPTURED_AT",
     "REQUEST_CAPTURED",
     "RESPONSE_CAPTURED",
     "header_only_blocks",
+    "native_run_blocks",
+    "python_run_blocks",
+    "run_blocks",
     "skip_header_only",
     "whole_frames",
 ]

@@ -59,7 +59,7 @@ class Side:
     packet adds only its own variable words and its payload (one big-int reduction in C).
     """
 
-    __slots__ = ("dport", "dst", "ip_constant", "macs", "sport", "src", "tcp_constant")
+    __slots__ = ("dport", "dst", "ip_constant", "macs", "snapped", "sport", "src", "tcp_constant")
 
     def __init__(self, template: bytes) -> None:
         self.macs = template[0:12]
@@ -69,6 +69,9 @@ class Side:
         addresses = sum(_WORDS.unpack(self.src)) + sum(_WORDS.unpack(self.dst))
         self.ip_constant = 0x4500 + 0x4000 + 0x4006 + addresses  # ver/ihl, DF, ttl 64 / proto 6
         self.tcp_constant = addresses + 6 + self.sport + self.dport + 0xFFFF  # pseudo proto, window
+        # What the native builder of header-only packets patches (`proxy.capture.snapped`): an
+        # empty PSH/ACK packet's headers, seq, ack and TCP checksum zero.
+        self.snapped = self.header(FLAG_PSH | FLAG_ACK, 0, 0, 0, None)
 
     def header(self, flags: int, seq: int, ack: int, length: int, body: int | None) -> bytes:
         """`body`: the payload's word sum modulo 0xFFFF (`payload_sum`); None for a packet whose

@@ -1,0 +1,270 @@
+/* The capture writer process's header-only packets in C: `proxy.capture.snapped`'s Python builder
+ * (`whole_frames`, `header_only_blocks` with `_stamped`, `_patch_lanes` and `_patch_each`, and the
+ * length `skip_header_only` advances the other leg by), byte for byte, for one run.
+ *
+ * build(template, leg, ts_ns, seq, ack, data, whole, captured) -> (blocks: bytes, advance: int)
+ *
+ *   template  the 54 bytes of Ethernet/IPv4/TCP header of an empty PSH/ACK packet of the run's
+ *             side, seq, ack and TCP checksum zero (`proxy.capture.tcp.Side.snapped`)
+ *   leg       the pcapng interface id of the blocks
+ *   ts_ns     the run's timestamp (>= 0), nanoseconds
+ *   seq, ack  the side's next sequence number and the other side's (any int: taken modulo 2**32)
+ *   data      the frames' heads back to back (`captured` bytes each), or, with `whole`, the frames
+ *             themselves back to back
+ *   captured  the bytes a block keeps of a frame (12 for a request, 8 for a response)
+ *
+ * Per frame: one Enhanced Packet Block per MAX_SEGMENT bytes of it (size prefix included), the
+ * first holding the frame's first `captured` bytes, every block's original length the frame
+ * piece's; the IPv4 total length and checksum are the piece's (`Side.header`), the TCP checksum
+ * stays 0 ("not computed"). `advance` is what the side's sequence number moves by: 4 + size per
+ * frame. Inputs that the proxy never hands over (a negative size, a head cut short, frames that
+ * do not end where the data ends) raise ValueError instead of writing anything.
+ *
+ * The GIL is held throughout (a run is at most a read's frames: microseconds); lengths are
+ * Py_ssize_t and every sum is checked before it is used.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define EPB_HEAD 28        /* Enhanced Packet Block: type, total, interface, ts high/low, caplen, len */
+#define HEADERS_BYTES 54   /* Ethernet (14) + IPv4 (20) + TCP (20), no options */
+#define MAX_SEGMENT 65000  /* TCP payload per packet (`proxy.capture.tcp.MAX_SEGMENT`) */
+#define IP_AT 14
+#define IP_LENGTH_AT 16
+#define IP_CHECKSUM_AT 24
+#define SEQ_AT 38
+#define ACK_AT 42
+#define MAX_CAPTURED 64
+
+static inline uint32_t get_be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static inline void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put_be16(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+static inline void put_le32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+/* A block's total length when it holds `holds` bytes of payload (padded to 4, trailer). */
+static inline Py_ssize_t block_total(Py_ssize_t holds)
+{
+    Py_ssize_t caplen = HEADERS_BYTES + holds;
+    return EPB_HEAD + caplen + ((-caplen) & 3) + 4;
+}
+
+/* The frames of a run: where each head is and its size, in order. */
+typedef struct {
+    const unsigned char *data;
+    Py_ssize_t length;
+    Py_ssize_t captured;
+    int whole;
+    Py_ssize_t at;
+} Frames;
+
+/* The next frame's head and size; 0 at the end, -1 (ValueError set) on malformed data. */
+static int next_frame(Frames *frames, const unsigned char **head, int64_t *size)
+{
+    Py_ssize_t at = frames->at;
+    Py_ssize_t left = frames->length - at;
+    if (left == 0) {
+        return 0;
+    }
+    if (left < frames->captured) {
+        PyErr_SetString(PyExc_ValueError, "header-only run: a frame's head is cut short");
+        return -1;
+    }
+    int32_t value = (int32_t)get_be32(frames->data + at);
+    if (value < 0) {
+        PyErr_SetString(PyExc_ValueError, "header-only run: a negative frame size");
+        return -1;
+    }
+    if (frames->whole) {
+        if ((int64_t)value + 4 > (int64_t)left) {
+            PyErr_SetString(PyExc_ValueError, "header-only run: a whole frame runs past the data");
+            return -1;
+        }
+        frames->at = at + 4 + (Py_ssize_t)value;
+    } else {
+        frames->at = at + frames->captured;
+    }
+    *head = frames->data + at;
+    *size = value;
+    return 1;
+}
+
+/* The IPv4 checksum of `template` with total length 40 + piece, as `Side.header` computes it:
+ * the constant words (all but the total length and checksum) plus 40 + piece, modulo 0xFFFF. */
+static inline uint32_t ip_checksum(uint32_t constant, uint32_t piece)
+{
+    uint32_t sum = (constant + 40 + piece) % 0xFFFF;
+    return 0xFFFF - (sum ? sum : 0xFFFF);
+}
+
+static PyObject *build(PyObject *module, PyObject *args)
+{
+    (void)module;
+    const char *template_bytes;
+    Py_ssize_t template_length;
+    int leg;
+    long long ts_ns;
+    unsigned long seq_arg, ack_arg;
+    Py_buffer view;
+    int whole;
+    Py_ssize_t captured;
+    if (!PyArg_ParseTuple(args, "y#iLkky*pn:build", &template_bytes, &template_length, &leg, &ts_ns,
+                          &seq_arg, &ack_arg, &view, &whole, &captured)) {
+        return NULL;
+    }
+    PyObject *blocks = NULL;
+    if (template_length != HEADERS_BYTES || leg < 0 || ts_ns < 0 || captured < 4 ||
+        captured > MAX_CAPTURED) {
+        PyErr_SetString(PyExc_ValueError,
+                        "build: template must be 54 bytes, leg and ts_ns >= 0, captured 4..64");
+        goto done;
+    }
+    if (!whole && view.len % captured) {
+        PyErr_SetString(PyExc_ValueError, "header-only run: not a whole number of heads");
+        goto done;
+    }
+    const unsigned char *template = (const unsigned char *)template_bytes;
+    uint32_t constant = 0;
+    for (int at = IP_AT; at < IP_AT + 20; at += 2) {
+        if (at != IP_LENGTH_AT && at != IP_CHECKSUM_AT) {
+            constant += ((uint32_t)template[at] << 8) | template[at + 1];
+        }
+    }
+
+    /* First pass: check the frames and size the output. */
+    const Py_ssize_t first_total = block_total(captured);
+    const Py_ssize_t next_total = block_total(0);
+    Frames frames = {(const unsigned char *)view.buf, view.len, captured, whole, 0};
+    const unsigned char *head;
+    int64_t size;
+    Py_ssize_t total = 0;
+    int64_t advance = 0;
+    int found;
+    while ((found = next_frame(&frames, &head, &size)) == 1) {
+        int64_t packets = (size + 4 + MAX_SEGMENT - 1) / MAX_SEGMENT; /* size < 2**31: no overflow */
+        int64_t bytes = first_total + (packets - 1) * next_total;
+        if (bytes > PY_SSIZE_T_MAX - total || size + 4 > INT64_MAX - advance) {
+            PyErr_SetString(PyExc_OverflowError, "header-only run: too many bytes");
+            goto done;
+        }
+        total += (Py_ssize_t)bytes;
+        advance += size + 4;
+    }
+    if (found < 0) {
+        goto done;
+    }
+
+    /* Second pass: the blocks. */
+    blocks = PyBytes_FromStringAndSize(NULL, total);
+    if (blocks == NULL) {
+        goto done;
+    }
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(blocks);
+    const uint32_t ts_high = (uint32_t)((unsigned long long)ts_ns >> 32);
+    const uint32_t ts_low = (uint32_t)((unsigned long long)ts_ns & 0xFFFFFFFFu);
+    const uint32_t ack = (uint32_t)ack_arg;
+    uint32_t seq = (uint32_t)seq_arg;
+    frames.at = 0;
+    Py_ssize_t position = 0;
+    while (next_frame(&frames, &head, &size) == 1) {
+        int64_t remaining = size + 4;
+        Py_ssize_t holds = captured;
+        while (remaining > 0) {
+            uint32_t piece = (uint32_t)(remaining < MAX_SEGMENT ? remaining : MAX_SEGMENT);
+            Py_ssize_t block = block_total(holds);
+            Py_ssize_t caplen = HEADERS_BYTES + holds;
+            unsigned char *at = out + position;
+            /* The block must fit what the first pass sized (it always does: same walk). */
+            if (block > total - position) {
+                PyErr_SetString(PyExc_SystemError, "header-only run: output overrun");
+                Py_CLEAR(blocks);
+                goto done;
+            }
+            put_le32(at, 6);
+            put_le32(at + 4, (uint32_t)block);
+            put_le32(at + 8, (uint32_t)leg);
+            put_le32(at + 12, ts_high);
+            put_le32(at + 16, ts_low);
+            put_le32(at + 20, (uint32_t)caplen);
+            put_le32(at + 24, HEADERS_BYTES + piece);
+            unsigned char *packet = at + EPB_HEAD;
+            memcpy(packet, template, HEADERS_BYTES);
+            put_be16(packet + IP_LENGTH_AT, 40 + piece);
+            put_be16(packet + IP_CHECKSUM_AT, ip_checksum(constant, piece));
+            put_be32(packet + SEQ_AT, seq);
+            put_be32(packet + ACK_AT, ack);
+            memcpy(packet + HEADERS_BYTES, head, (size_t)holds);
+            memset(packet + caplen, 0, (size_t)(block - 4 - EPB_HEAD - caplen));
+            put_le32(at + block - 4, (uint32_t)block);
+            position += block;
+            seq += piece; /* modulo 2**32 */
+            remaining -= piece;
+            holds = 0;
+        }
+    }
+    if (position != total) {
+        PyErr_SetString(PyExc_SystemError, "header-only run: output underrun");
+        Py_CLEAR(blocks);
+    }
+
+done:
+    PyBuffer_Release(&view);
+    if (blocks == NULL) {
+        return NULL;
+    }
+    PyObject *moved = PyLong_FromLongLong((long long)advance);
+    if (moved == NULL) {
+        Py_DECREF(blocks);
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL) {
+        Py_DECREF(blocks);
+        Py_DECREF(moved);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, blocks); /* the tuple takes both references */
+    PyTuple_SET_ITEM(result, 1, moved);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"build", build, METH_VARARGS,
+     "build(template, leg, ts_ns, seq, ack, data, whole, captured) -> (blocks, advance): the pcapng "
+     "blocks of a run of header-only frames (proxy.capture.snapped's Python builder, byte for byte)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "proxy.capture._snapped",
+    "The capture writer's header-only packets in C (see proxy.capture.snapped).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__snapped(void)
+{
+    return PyModule_Create(&module_def);
+}

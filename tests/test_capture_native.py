@@ -1,0 +1,174 @@
+"""The C builder of header-only packets (`proxy/capture/_snapped.c`) against the Python one it
+replaces in the writer process (`proxy.capture.snapped.python_run_blocks`, the reference): the
+same bytes and the same next sequence numbers on both legs, for random runs; malformed runs
+refused; the Python one chosen when asked for.
+
+Without the extension built (a source tree run with PYTHONPATH, before `python setup.py
+build_ext --inplace`) these tests skip, saying so; `pip install -e .` builds it (a missing
+compiler fails the install).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.capture import snapped
+from proxy.capture.packets import Synthesizer
+from proxy.capture.tcp import MAX_SEGMENT, Stream, new_stream
+from proxy.layouts import HEADER_RUN, OPEN
+
+ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    from proxy.capture._snapped import build
+except ImportError:  # pragma: no cover - depends on the tree having been built
+    build = None
+
+pytestmark = pytest.mark.skipif(
+    build is None, reason="proxy.capture._snapped is not built (python setup.py build_ext --inplace)"
+)
+
+REQUEST = struct.Struct(">ihhi")
+RESPONSE = struct.Struct(">ii")
+
+
+def _frame(to_server: bool, size: int, correlation_id: int, whole: bool) -> bytes:
+    """A frame of `size` bytes after its size prefix (whole) or its head only."""
+    head = REQUEST.pack(size, 0, 7, correlation_id) if to_server else RESPONSE.pack(size, correlation_id)
+    if not whole:
+        return head
+    return head + bytes((correlation_id + i) & 0xFF for i in range(size + 4 - len(head)))
+
+
+def _streams(seq: int, other: int) -> tuple[Stream, Stream]:
+    client, upstream = new_stream(70_000, 0, 0), new_stream(70_000, 1, 3)
+    client.client_seq, client.server_seq = seq, other
+    upstream.client_seq, upstream.server_seq = seq + 1_000, other + 2_000
+    return client, upstream
+
+
+def _both(to_server: bool, ts_ns: int, data: bytes, whole: bool, seq: int, other: int) -> list[object]:
+    """What each builder writes and leaves in the streams, from the same state."""
+    written: list[object] = []
+    for builder in (snapped.python_run_blocks, snapped.native_run_blocks):
+        client, upstream = _streams(seq, other)
+        blocks = bytes(builder(client, upstream, to_server, ts_ns, data, whole))
+        written.append(
+            (blocks, client.client_seq, client.server_seq, upstream.client_seq, upstream.server_seq)
+        )
+    return written
+
+
+_SMALL = st.integers(min_value=8, max_value=400)  # what goes whole (sizes even and odd)
+_BIG = st.integers(min_value=MAX_SEGMENT - 8, max_value=3 * MAX_SEGMENT + 5)  # several packets
+_SEQ = st.one_of(
+    st.integers(min_value=0, max_value=1 << 34),  # a stream's sequence number is not masked
+    st.integers(min_value=(1 << 32) - 300_000, max_value=(1 << 32) - 1),  # wrapping inside the run
+)
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> tuple[bool, int, bytes, bool, int, int]:
+    to_server = draw(st.booleans())
+    whole = draw(st.booleans())
+    count = draw(st.integers(min_value=1, max_value=70))  # the proxy hands over no empty run
+    sizes_from = _SMALL if whole else st.one_of(_SMALL, _BIG, st.integers(0, 8))
+    if draw(st.booleans()):  # all one size (a pipelining client): the lanes, or one stride
+        sizes = [draw(sizes_from)] * count
+    else:
+        sizes = draw(st.lists(sizes_from, min_size=count, max_size=count))
+    if whole:  # the frames hold at least their captured head (a request's 12 bytes)
+        sizes = [max(size, 8 if to_server else 4) for size in sizes]
+    data = b"".join(_frame(to_server, size, i, whole) for i, size in enumerate(sizes))
+    ts_ns = draw(st.one_of(st.integers(0, (1 << 63) - 1), st.just(1_764_000_000_123_456_789)))
+    return to_server, ts_ns, data, whole, draw(_SEQ), draw(_SEQ)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(_runs())
+def test_c_writes_what_python_writes(run: tuple[bool, int, bytes, bool, int, int]) -> None:
+    python, native = _both(*run)
+    assert native == python
+
+
+@pytest.mark.parametrize("size", [96, 97, 70_000, (1 << 31) - 1])
+@pytest.mark.parametrize("to_server", [True, False])
+def test_c_writes_what_python_writes_across_the_wrap(size: int, to_server: bool) -> None:
+    """Runs of equal sizes (Python's lanes from 4 frames), odd and even, up to the largest frame
+    size (33,039 packets of one frame), the sequence number wrapping past 2**32 inside the run."""
+    count = 1 if size > 1 << 20 else 40
+    data = b"".join(_frame(to_server, size, i, False) for i in range(count))
+    python, native = _both(to_server, 123 << 32 | 456, data, False, (1 << 32) - 10 * (4 + size), 7)
+    assert native == python
+    assert len(python[0]) > count * 88  # type: ignore[index]
+
+
+def test_a_synthesizer_batch_writes_the_same_bytes_with_either_builder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Synthesizer.batch` on packed runs of several connections, heads and whole frames."""
+    runs = bytearray()
+    for i in range(30):
+        to_server = i % 3 != 1
+        whole = i % 2 == 0
+        sizes = [96] * 8 if i % 4 == 0 else [40 + i * 7 % 50, 70_000 + i, 13][: 1 + i % 3]
+        if whole:
+            sizes = [min(size, 300) for size in sizes]
+        data = b"".join(_frame(to_server, size, i * 10 + j, whole) for j, size in enumerate(sizes))
+        runs += HEADER_RUN.pack(1 + i % 3, 1_000 + i, len(data) if to_server else -len(data), whole) + data
+    batches = [[(OPEN, conn, 1, "127.0.0.1:1", "b:9092") for conn in (1, 2, 3)], [bytes(runs)]] * 2
+    written = []
+    for builder in (snapped.python_run_blocks, snapped.native_run_blocks):
+        monkeypatch.setattr(snapped, "run_blocks", builder)
+        synthesizer = Synthesizer()
+        written.append(b"".join(bytes(part) for batch in batches for part in synthesizer.batch(batch)))
+        assert synthesizer.error is None
+    assert written[0] == written[1]
+    assert len(written[0]) > 60 * 88
+
+
+@pytest.mark.parametrize(
+    ("data", "whole", "captured", "message"),
+    [
+        (RESPONSE.pack(-1, 5), False, 8, "negative frame size"),
+        (RESPONSE.pack(20, 5) + b"\x00" * 3, False, 8, "whole number of heads"),
+        (RESPONSE.pack(20, 5) + b"\x00" * 15, True, 8, "runs past the data"),
+        (RESPONSE.pack(4, 5) + b"\x00\x00\x00\x04", True, 8, "cut short"),
+        (b"", False, 3, "captured 4..64"),
+    ],
+)
+def test_malformed_runs_are_refused(data: bytes, whole: bool, captured: int, message: str) -> None:
+    client, _ = _streams(1, 1)
+    with pytest.raises(ValueError, match=message):
+        build(client.to_client.snapped, 0, 1, 1, 1, data, whole, captured)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="54 bytes"):
+        build(b"\x00" * 53, 0, 1, 1, 1, RESPONSE.pack(4, 5), False, 8)  # type: ignore[misc]
+
+
+def test_an_empty_run_writes_nothing() -> None:
+    assert _both(True, 5, b"", False, 9, 9)[1] == (b"", 9, 9, 1_009, 2_009)
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"), [("python", "python_run_blocks"), ("", "native_run_blocks")]
+)
+def test_the_builder_is_chosen_once_and_logged(setting: str, expected: str) -> None:
+    code = (
+        "import logging; logging.basicConfig(level=logging.DEBUG, format='%(message)s')\n"
+        "from proxy.capture import snapped; print(snapped.run_blocks.__name__)"
+    )
+    env = {**os.environ, "GROUP_REPLAY_CAPTURE_BUILDER": setting, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == [expected]
+    builder = "Python" if setting == "python" else "C"
+    assert f"header-only packets built by the {builder} builder" in done.stderr
