@@ -447,3 +447,31 @@ def test_remembered_assignment_bytes_follow_the_image_and_the_subscription() -> 
     old = ClassicMemberMetadata(45_000, (("range", encode_subscription(["t", "u"], 0)),))
     check(member._replace(classic=old))
     assert fresh(member._replace(classic=old)) != fresh(member)
+
+
+def test_a_classic_member_heartbeating_behind_without_rejoining_is_fenced_by_its_join_timer() -> None:
+    """scheduleConsumerGroupJoinTimeoutIfAbsent: the first Heartbeat answered
+    REBALANCE_IN_PROGRESS starts the member's consumer-join timer, later ones keep its deadline,
+    and it fences the member a rebalance timeout later although its session, renewed by every
+    heartbeat, has not expired. (Why the timer a JoinGroup usually cancels at once must still
+    be scheduled: nothing at the Heartbeat tells whether a JoinGroup will follow.)"""
+    sim = _sim(MigrationPolicy.UPGRADE)
+    ids, generation = _classic_group(sim)
+    consumer = _beat(sim, "c0000000-0000-4000-8000-000000000001", 0)
+    stalled, rejoining = ids
+    joined = sim.answer(sim.join(2, V, rejoining, protocols=(("range", SUB),)))
+    sim.answer(sim.sync(2, 5, int(joined.generation_id), rejoining))
+    first_ms = sim.now_ms
+    join_key = f"consumer-join-g-{stalled}"
+    timers = sim.coordinator.timers
+    group = sim.coordinator.consumer.coordinator.groups["g"]
+    while sim.now_ms < first_ms + 30_000:  # Q.join_group's rebalance timeout
+        code = int(sim.heartbeat(1, 4, generation, stalled).error_code)
+        assert code == ErrorCode.rebalance_in_progress and stalled in group.members
+        assert timers.deadline(join_key) == first_ms + 30_000  # kept, not renewed
+        sim.heartbeat(2, 4, int(joined.generation_id), rejoining)
+        consumer = _beat(sim, str(consumer.member_id), int(consumer.member_epoch), owned={})
+        sim.run_timers(sim.now_ms + 3_000)
+    assert stalled not in group.members and rejoining in group.members
+    assert sim.now_ms - 3_000 + 10_000 > first_ms + 30_000  # its session had not expired
+    assert timers.deadline(f"session-timeout-g-{rejoining}") is not None

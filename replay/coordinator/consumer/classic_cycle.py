@@ -25,13 +25,18 @@ from replay.coordinator.codes import NONE, REBALANCE_IN_PROGRESS
 from replay.coordinator.consumer.classic_members import (
     CONSUMER_PROTOCOL_TYPE,
     classic_timers_of,
-    join_ok_response,
     owned_partitions,
     subscription_of,
     supports_classic_protocols,
     sync_ok_answer,
 )
-from replay.coordinator.consumer.group import ConsumerGroup, MemberState, MigrationPolicy, reconcile
+from replay.coordinator.consumer.group import (
+    ClassicKit,
+    ConsumerGroup,
+    MemberState,
+    MigrationPolicy,
+    reconcile,
+)
 from replay.coordinator.consumer.steady import metadata_unchanged, steady_classic_heartbeat, subscribed_ids
 from replay.coordinator.types import RequestContext
 
@@ -117,25 +122,30 @@ def rejoin(
             )
             group.update_member(reconciled)
             epoch = reconciled.member_epoch
-    group_id = group.group_id
+    # cancelConsumerGroupJoinTimeout, scheduleConsumerGroupSessionTimeout,
+    # scheduleConsumerGroupSyncTimeout, in Kafka's order.
+    kit = group.classic_kits.get(member_id) or _kit(coordinator, group, member_id)
     timers = coordinator.timers
-    join_key, _, sync_key, sync_expired = classic_timers_of(coordinator, group_id, member_id)
-    timers.cancel(join_key)
-    _renew_session(coordinator, now_ms, group, member_id, request.session_timeout_ms)
-    timers.schedule(sync_key, now_ms + rebalance_timeout_ms, sync_expired)
-    return join_ok_response(ctx.api_version, member_id, epoch, classic.protocols[0][0])
+    timers.cancel(kit[2])
+    timers.schedule(kit[0], now_ms + request.session_timeout_ms, kit[1])
+    timers.schedule(kit[4], now_ms + rebalance_timeout_ms, kit[5])
+    # join_ok_response without its call.
+    return R.join_follower_constructor(ctx.api_version)(
+        member_id, epoch, CONSUMER_PROTOCOL_TYPE, classic.protocols[0][0]
+    )
 
 
-def _renew_session(
-    coordinator: ConsumerGroupCoordinator, now_ms: int, group: ConsumerGroup, member_id: str, timeout_ms: int
-) -> None:
-    """`coordinator._schedule_session_timeout` with the member's session timer key and action
-    looked up here (made there the first time)."""
-    timer = group.session_timers.get(member_id)
-    if timer is None:
-        coordinator._schedule_session_timeout(now_ms, group.group_id, member_id, timeout_ms)
-    else:
-        coordinator.timers.schedule(timer[0], now_ms + timeout_ms, timer[1])
+def _kit(coordinator: ConsumerGroupCoordinator, group: ConsumerGroup, member_id: str) -> ClassicKit:
+    """The keys and actions of a classic member's session, consumer-join and consumer-sync
+    timers (`coordinator.session_timer`, `classic_timers_of`: made once, the same ones
+    scheduleConsumerGroupSessionTimeout / ...JoinTimeoutIfAbsent / ...SyncTimeout would make),
+    kept in the group (`ConsumerGroup.classic_kits`, dropped with the member) so that each
+    classic request finds all three in one look-up."""
+    session_key, session_expired, _ = coordinator.session_timer(group.group_id, member_id)
+    join_key, join_expired, sync_key, sync_expired = classic_timers_of(coordinator, group.group_id, member_id)
+    kit = (session_key, session_expired, join_key, join_expired, sync_key, sync_expired)
+    group.classic_kits[member_id] = kit
+    return kit
 
 
 def behind(service: ConsumerGroupService, now_ms: int, group: ConsumerGroup, request: Any) -> bool:
@@ -154,11 +164,11 @@ def behind(service: ConsumerGroupService, now_ms: int, group: ConsumerGroup, req
     ):
         return False
     coordinator = service.coordinator
-    _renew_session(coordinator, now_ms, group, member_id, member.classic.session_timeout_ms)
-    join_key, join_expired, _, _ = classic_timers_of(coordinator, group.group_id, member_id)
+    kit = group.classic_kits.get(member_id) or _kit(coordinator, group, member_id)
     timers = coordinator.timers
-    if not timers.is_scheduled(join_key):
-        timers.schedule(join_key, now_ms + member.rebalance_timeout_ms, join_expired)
+    timers.schedule(kit[0], now_ms + member.classic.session_timeout_ms, kit[1])
+    if not timers.is_scheduled(kit[2]):
+        timers.schedule(kit[2], now_ms + member.rebalance_timeout_ms, kit[3])
     return True
 
 
@@ -200,8 +210,10 @@ def sync(
     ):
         return None
     coordinator = service.coordinator
-    coordinator.timers.cancel(classic_timers_of(coordinator, group.group_id, member_id)[2])
-    _renew_session(coordinator, now_ms, group, member_id, classic.session_timeout_ms)
+    kit = group.classic_kits.get(member_id) or _kit(coordinator, group, member_id)
+    timers = coordinator.timers
+    timers.cancel(kit[4])
+    timers.schedule(kit[0], now_ms + classic.session_timeout_ms, kit[1])
     return sync_ok_answer(coordinator, member, ctx.api_version, protocol_type, protocol_name)
 
 

@@ -446,8 +446,13 @@ class ConsumerGroupCoordinator:
         self, now_ms: int, group_id: str, member_id: str, timeout_ms: int | None = None
     ) -> None:
         """scheduleConsumerGroupSessionTimeout; a classic member's own session timeout if given."""
-
         timeout = self.config.session_timeout_ms if timeout_ms is None else timeout_ms
+        found = self.session_timer(group_id, member_id)
+        self.timers.schedule(found[0], now_ms + timeout, found[1])
+
+    def session_timer(self, group_id: str, member_id: str) -> tuple[str, Callable[[int], None], str]:
+        """The key and action of a member's session timer, and its rebalance timer's key: made
+        once and kept in its group (`ConsumerGroup.session_timers`) while the group exists."""
         group = self.groups.get(group_id)
         timers = None if group is None else group.session_timers
         found = None if timers is None else timers.get(member_id)
@@ -461,7 +466,7 @@ class ConsumerGroupCoordinator:
             found = (key, expire, f"rebalance-timeout-{group_id}-{member_id}")
             if timers is not None:  # the keys and action of a member's timers, made once
                 timers[member_id] = found
-        self.timers.schedule(found[0], now_ms + timeout, found[1])
+        return found
 
     def _schedule_rebalance_timeout(
         self, now_ms: int, group_id: str, member_id: str, epoch: int, timeout_ms: int

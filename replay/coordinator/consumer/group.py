@@ -355,6 +355,11 @@ def _bump(counts: dict[str, int], key: str, delta: int) -> None:
         counts.pop(key, None)
 
 
+TimerAction = Callable[[int], None]
+# A classic member's (session key, action, consumer-join key, action, consumer-sync key, action).
+ClassicKit = tuple[str, TimerAction, str, TimerAction, str, TimerAction]
+
+
 @dataclass(slots=True)
 class ConsumerGroup:
     """The mutable state of one consumer group (ConsumerGroup.java); members are immutable."""
@@ -384,6 +389,9 @@ class ConsumerGroup:
     # The session timer's entry also holds the member's rebalance timer key (steady.py cancels it).
     plain_answers: dict[str, HeartbeatResponse] = field(default_factory=dict)
     session_timers: dict[str, tuple[str, Callable[[int], None], str]] = field(default_factory=dict)
+    # A classic member's timers in one look-up (classic_cycle.py): (session key, action,
+    # consumer-join key, action, consumer-sync key, action), made from the two above once.
+    classic_kits: dict[str, ClassicKit] = field(default_factory=dict)
     # Member id -> its improved Java string hash (target.py's member_hash_order), and that
     # order as the last target left it.
     hash_spreads: dict[str, int] = field(default_factory=dict)
@@ -448,6 +456,7 @@ class ConsumerGroup:
                 profile.removed[member_id] = target
         self.plain_answers.pop(member_id, None)
         self.session_timers.pop(member_id, None)
+        self.classic_kits.pop(member_id, None)
         self.wire_answers.pop(member_id, None)
         self.hash_spreads.pop(member_id, None)
         if old is None:
