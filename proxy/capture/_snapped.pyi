@@ -2,14 +2,6 @@
 def build(
     template: bytes, leg: int, ts_ns: int, seq: int, ack: int, data: bytes, whole: bool, captured: int, /
 ) -> tuple[bytes, int]: ...
-def append_run(
-    sink: bytearray,
-    conn: int,
-    ts_ns: int,
-    request: bool,
-    kind: bool,
-    data: bytes | bytearray,
-    start: int,
-    end: int,
-    /,
-) -> None: ...
+
+# (conn, ts_ns, request, kind, data, start, end): `proxy.header_runs.python_append_run`'s, typed there
+def append_run(sink: bytearray, /, *run: int | bool | bytes | bytearray) -> None: ...
