@@ -5,11 +5,20 @@ onto the recorder's bytearray (`header_runs`: `proxy.layouts.HEADER_RUN` + heads
 frames, no command and no call of the shell per read) or, without one, emits them as HEADERS
 commands; and that emits the packed runs as one bytes command before a Record, so the recorder
 sees each connection's frames in order.
+
+`append_run` packs one run: the C extension's (`proxy/capture/_snapped.c`, one resize and one
+copy) when it is built, else `python_append_run` (the reference; the same bytes, held to them by
+tests/test_capture_native.py; `GROUP_REPLAY_CAPTURE_BUILDER=python` forces it, as it does the
+writer's builder). Per read of small frames the Python took a Struct.pack call, a
+memoryview slice and two bytearray concatenations: about 2,000 of the 3,700 instructions group
+scope added per read (bench/README.md, "rec6").
 """
 
 from __future__ import annotations
 
+import os
 import struct
+from collections.abc import Callable
 
 from proxy.commands import Command
 from proxy.layouts import HEADER_RUN, HEADERS, HEADS, REQUEST_HEADS, RESPONSE_HEADS, WHOLE_FRAMES, Record
@@ -18,7 +27,33 @@ _RUN_PACK = HEADER_RUN.pack
 _SIZE = struct.Struct(">i")
 # Frames up to this size on average go to the capture writer whole (a memcpy per read instead of a
 # slice per frame; measured: the slices were a third of the relay's own per-frame work).
-_WHOLE_FRAME_BYTES = 256
+WHOLE_FRAME_BYTES = 256
+
+
+def python_append_run(
+    sink: bytearray,
+    conn: int,
+    ts_ns: int,
+    request: bool,
+    kind: bool,
+    data: bytes | bytearray,
+    start: int,
+    end: int,
+) -> None:
+    """`HEADER_RUN` (length `end - start`, negative for a response) and `data[start:end]` onto
+    `sink`."""
+    length = end - start
+    sink += _RUN_PACK(conn, ts_ns, length if request else -length, kind)
+    sink += data if (start == 0 and end == len(data)) else memoryview(data)[start:end]
+
+
+append_run: Callable[[bytearray, int, int, bool, bool, bytes | bytearray, int, int], None]
+try:
+    from proxy.capture._snapped import append_run
+except ImportError:  # not built: a source tree run without `python setup.py build_ext --inplace`
+    append_run = python_append_run
+if os.environ.get("GROUP_REPLAY_CAPTURE_BUILDER", "") == "python":  # as `proxy.capture.snapped`
+    append_run = python_append_run
 
 
 class HeaderRuns:
@@ -37,22 +72,15 @@ class HeaderRuns:
         if sink is None:
             self._events.append((HEADERS, self.conn, self._now_ns, direction, self.client_id, heads))
             return
-        sink += _RUN_PACK(
-            self.conn, self._now_ns, len(heads) if direction == "request" else -len(heads), HEADS
-        )
-        sink += heads
+        append_run(sink, self.conn, self._now_ns, direction == "request", HEADS, heads, 0, len(heads))
 
     def _header_frames(self, direction: str, data: bytes, start: int, end: int, frames: int) -> None:
         """A scan's run of header-only frames, `data[start:end]`: small frames go onto the sink
         whole (one copy per read, none per frame: the writer process takes their heads), bigger
         ones (or without a sink) as their heads, sliced (REQUEST_HEADS, RESPONSE_HEADS)."""
         sink = self._sink
-        if sink is not None and end - start <= _WHOLE_FRAME_BYTES * frames:
-            length = end - start
-            sink += _RUN_PACK(
-                self.conn, self._now_ns, length if direction == "request" else -length, WHOLE_FRAMES
-            )
-            sink += data if (start == 0 and end == len(data)) else memoryview(data)[start:end]
+        if sink is not None and end - start <= WHOLE_FRAME_BYTES * frames:
+            append_run(sink, self.conn, self._now_ns, direction == "request", WHOLE_FRAMES, data, start, end)
             return
         captured = REQUEST_HEADS.size if direction == "request" else RESPONSE_HEADS.size
         unpack = _SIZE.unpack_from

@@ -1,7 +1,8 @@
 """The C builder of header-only packets (`proxy/capture/_snapped.c`) against the Python one it
 replaces in the writer process (`proxy.capture.snapped.python_run_blocks`, the reference): the
 same bytes and the same next sequence numbers on both legs, for random runs; malformed runs
-refused; the Python one chosen when asked for.
+refused; the Python one chosen when asked for. The same for the proxy's packing of a run onto
+`header_runs` (`append_run` against `proxy.header_runs.python_append_run`).
 
 Without the extension built (a source tree run with PYTHONPATH, before `python setup.py
 build_ext --inplace`) these tests skip, saying so; `pip install -e .` builds it (a missing
@@ -20,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy import header_runs
 from proxy.capture import snapped
 from proxy.capture.packets import Synthesizer
 from proxy.capture.tcp import MAX_SEGMENT, Stream, new_stream
@@ -28,9 +30,9 @@ from proxy.layouts import HEADER_RUN, OPEN
 ROOT = Path(__file__).resolve().parents[1]
 
 try:
-    from proxy.capture._snapped import build
+    from proxy.capture._snapped import append_run, build
 except ImportError:  # pragma: no cover - depends on the tree having been built
-    build = None
+    append_run = build = None
 
 pytestmark = pytest.mark.skipif(
     build is None, reason="proxy.capture._snapped is not built (python setup.py build_ext --inplace)"
@@ -158,17 +160,71 @@ def test_an_empty_run_writes_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("setting", "expected"), [("python", "python_run_blocks"), ("", "native_run_blocks")]
+    ("setting", "expected"),
+    [("python", ["python_run_blocks", "python_append_run"]), ("", ["native_run_blocks", "append_run"])],
 )
-def test_the_builder_is_chosen_once_and_logged(setting: str, expected: str) -> None:
+def test_the_builder_is_chosen_once_and_logged(setting: str, expected: list[str]) -> None:
     code = (
         "import logging; logging.basicConfig(level=logging.DEBUG, format='%(message)s')\n"
-        "from proxy.capture import snapped; print(snapped.run_blocks.__name__)"
+        "from proxy.capture import snapped; print(snapped.run_blocks.__name__)\n"
+        "from proxy import header_runs; print(header_runs.append_run.__name__)"
     )
     env = {**os.environ, "GROUP_REPLAY_CAPTURE_BUILDER": setting, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert done.stdout.split() == [expected]
+    assert done.stdout.split() == expected
     builder = "Python" if setting == "python" else "C"
     assert f"header-only packets built by the {builder} builder" in done.stderr
+
+
+@st.composite
+def _appended_runs(draw: st.DrawFn) -> tuple[bytes, int, int, bool, bool, bytes | bytearray, int, int]:
+    """What a session packs: after earlier runs, a connection id and timestamp of any size they
+    take, either direction and kind, a slice of a read (bytes, or a bytearray: `_header_run`'s)."""
+    data = draw(st.binary(max_size=3000))
+    start = draw(st.integers(0, len(data)))
+    end = draw(st.integers(start, len(data)))
+    return (
+        draw(st.binary(max_size=200)),
+        draw(st.integers(0, (1 << 32) - 1)),
+        draw(st.integers(-(1 << 63), (1 << 63) - 1)),
+        draw(st.booleans()),
+        draw(st.booleans()),
+        bytearray(data) if draw(st.booleans()) else data,
+        start,
+        end,
+    )
+
+
+@settings(max_examples=400)
+@given(_appended_runs())
+def test_c_packs_a_run_as_python_does(
+    run: tuple[bytes, int, int, bool, bool, bytes | bytearray, int, int],
+) -> None:
+    before, *arguments = run
+    python, native = bytearray(before), bytearray(before)
+    header_runs.python_append_run(python, *arguments)  # type: ignore[arg-type]
+    append_run(native, *arguments)  # type: ignore[misc]
+    assert native == python
+    assert len(native) == len(before) + HEADER_RUN.size + arguments[-1] - arguments[-2]
+
+
+def test_c_refuses_what_python_could_not_pack() -> None:
+    """A range outside the data, a connection id or timestamp out of HEADER_RUN's range, the sink
+    as its own data: an error, and the sink as it was."""
+    sink = bytearray(b"kept")
+    for start, end in ((-1, 2), (3, 2), (0, 6)):
+        with pytest.raises(ValueError, match="not a range of data"):
+            append_run(sink, 1, 2, True, True, b"12345", start, end)  # type: ignore[misc]
+    with pytest.raises(OverflowError):
+        append_run(sink, 1 << 32, 2, True, True, b"12345", 0, 5)  # type: ignore[misc]
+    with pytest.raises(OverflowError):
+        append_run(sink, -1, 2, True, True, b"12345", 0, 5)  # type: ignore[misc]
+    with pytest.raises(OverflowError):
+        append_run(sink, 1, 1 << 63, True, True, b"12345", 0, 5)  # type: ignore[misc]
+    with pytest.raises(BufferError):
+        append_run(sink, 1, 2, True, True, sink, 0, 2)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        append_run(b"not a bytearray", 1, 2, True, True, b"12345", 0, 5)  # type: ignore[misc]
+    assert sink == b"kept"

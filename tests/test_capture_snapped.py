@@ -17,6 +17,8 @@ import pytest
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
+from proxy import header_runs
+from proxy import session as session_module
 from proxy.capture import snapped
 from proxy.capture.header import CAPTURE_FORMAT_VERSION, RecordScope
 from proxy.capture.pcapng import parse
@@ -50,7 +52,15 @@ def builder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     name: str = request.param
     monkeypatch.setenv("GROUP_REPLAY_CAPTURE_BUILDER", name)
     monkeypatch.setattr(snapped, "run_blocks", getattr(snapped, f"{name}_run_blocks"))
+    _pack_runs_with(monkeypatch, name)
     return name
+
+
+def _pack_runs_with(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The sessions' packing of header-only runs (`proxy.header_runs.append_run`), forced."""
+    packer = header_runs.python_append_run if name == "python" else _snapped.append_run  # type: ignore[union-attr]
+    monkeypatch.setattr(header_runs, "append_run", packer)
+    monkeypatch.setattr(session_module, "append_run", packer)
 
 
 def _hand_over(writer: CaptureWriter, commands: list[object]) -> None:
@@ -301,6 +311,7 @@ def test_the_c_builder_writes_the_python_builders_captures(
     written: dict[str, list[bytes]] = {}
     for name in ("python", "native"):
         monkeypatch.setenv("GROUP_REPLAY_CAPTURE_BUILDER", name)
+        _pack_runs_with(monkeypatch, name)
         _scoped_capture(tmp_path / f"{name}-scoped.pcapng")
         _mixed_capture(tmp_path / f"{name}-packed.pcapng", packed=True)
         written[name] = [(tmp_path / f"{name}-{kind}.pcapng").read_bytes() for kind in ("scoped", "packed")]

@@ -2,3 +2,6 @@
 def build(
     template: bytes, leg: int, ts_ns: int, seq: int, ack: int, data: bytes, whole: bool, captured: int, /
 ) -> tuple[bytes, int]: ...
+
+# (conn, ts_ns, request, kind, data, start, end): `proxy.header_runs.python_append_run`'s, typed there
+def append_run(sink: bytearray, /, *run: int | bool | bytes | bytearray) -> None: ...
