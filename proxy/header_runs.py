@@ -16,12 +16,12 @@ scope added per read (bench/README.md, "rec6").
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable
 
 from proxy.commands import Command
 from proxy.layouts import HEADER_RUN, HEADERS, HEADS, REQUEST_HEADS, RESPONSE_HEADS, WHOLE_FRAMES, Record
+from proxy.native import native
 
 _RUN_PACK = HEADER_RUN.pack
 _SIZE = struct.Struct(">i")
@@ -47,13 +47,9 @@ def python_append_run(
     sink += data if (start == 0 and end == len(data)) else memoryview(data)[start:end]
 
 
-append_run: Callable[[bytearray, int, int, bool, bool, bytes | bytearray, int, int], None]
-try:
-    from proxy.capture._snapped import append_run
-except ImportError:  # not built: a source tree run without `python setup.py build_ext --inplace`
-    append_run = python_append_run
-if os.environ.get("GROUP_REPLAY_CAPTURE_BUILDER", "") == "python":  # as `proxy.capture.snapped`
-    append_run = python_append_run
+append_run: Callable[[bytearray, int, int, bool, bool, bytes | bytearray, int, int], None] = (
+    native("append_run") or python_append_run
+)
 
 
 class HeaderRuns:

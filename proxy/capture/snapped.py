@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import struct
 from collections.abc import Callable
 from itertools import accumulate
@@ -40,6 +39,7 @@ from typing import NamedTuple
 from proxy.capture.blocks import EPB_HEAD
 from proxy.capture.tcp import FLAG_ACK, FLAG_PSH, HEADERS_BYTES, MAX_SEGMENT, SEQ_AT, Buffer, Side, Stream
 from proxy.layouts import REQUEST_HEADS, RESPONSE_HEADS
+from proxy.native import native
 
 # The relay's heads (`proxy.layouts`) are exactly the bytes a block keeps of a frame.
 REQUEST_CAPTURED = REQUEST_HEADS.size  # 12: size prefix, api_key, api_version, correlation_id
@@ -288,12 +288,8 @@ def native_run_blocks(
     return blocks
 
 
-_build: Callable[..., tuple[bytes, int]] | None
-try:
-    from proxy.capture._snapped import build as _build
-except ImportError:  # not built: a source tree run without `python setup.py build_ext --inplace`
-    _build = None
-_PYTHON = _build is None or os.environ.get("GROUP_REPLAY_CAPTURE_BUILDER", "") == "python"
+_build: Callable[..., tuple[bytes, int]] | None = native("build")
+_PYTHON = _build is None
 run_blocks = python_run_blocks if _PYTHON else native_run_blocks
 logging.getLogger(__name__).debug("header-only packets built by the %s builder", "Python" if _PYTHON else "C")
 
