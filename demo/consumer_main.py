@@ -11,7 +11,8 @@ object per line on stdout (the contract `demo.clients` parses):
   {"event": "closed"}                            after a clean close (SIGTERM, SIGINT or --run-ms)
   {"event": "error", "message": str}
 Every kind uses the range assignor, so mixed groups agree on a protocol (aiokafka's default is
-roundrobin only). Generation and member id come from each client's internals where it has no public API
+roundrobin only); kafka-python's is mended first (`kafka_python_range_assignor`). Generation and
+member id come from each client's internals where it has no public API
 (kafka-python `_coordinator._generation`, aiokafka `_coordinator.generation/member_id`);
 librdkafka exposes the member id only.
 """
@@ -101,13 +102,60 @@ def _python_client_config(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def kafka_python_range_assignor() -> type:
+    """kafka-python's "range" assignor, with each topic's members in the order of Kafka's own.
+
+    kafka-python 3.0.12's `RangePartitionAssignor.assign` splits a topic's members into static and
+    dynamic ones with `itertools.groupby` over an unsorted list and keeps one run of each kind in a
+    dict. When the JoinGroup member list interleaves static and dynamic members (the demo group's
+    does: the broker lists members in the order they joined), every member outside the last run of
+    each kind is assigned nothing. Whenever the kafka-python member led the demo group, other
+    members got no partitions; a static member bounced after that rejoins a Stable group and gets
+    its stored empty assignment back, for good (CI saw it twice, on Kafka 3.9.2 and 4.3.1).
+
+    This subclass keeps the protocol name, version and wire format and orders members as Kafka's
+    RangeAssignor does (KAFKA-8355, `RangeAssignor.MemberInfo.compareTo`): members with a
+    group.instance.id first, by instance id, then the others by member id.
+    """
+    from kafka.coordinator.assignors.abstract import ConsumerProtocolAssignment
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+    from replay.assignors import member_order
+
+    class KafkaOrderRangeAssignor(RangePartitionAssignor):  # type: ignore[misc]
+        @classmethod
+        def assign(cls, cluster: Any, members: Any) -> dict[str, Any]:
+            per_topic: dict[str, list[Any]] = {}
+            for member in members:
+                for topic in member.metadata.topics:
+                    per_topic.setdefault(topic, []).append(member)
+            owned: dict[str, dict[str, list[int]]] = {member.member_id: {} for member in members}
+            for topic, topic_members in per_topic.items():
+                known = cluster.partitions_for_topic(topic)
+                if known is None:
+                    continue  # as kafka-python: no metadata, no assignment for this topic
+                partitions = sorted(known)
+                ordered = sorted(topic_members, key=lambda m: member_order(m.member_id, m.group_instance_id))
+                share, extra = divmod(len(partitions), len(ordered))
+                start = 0
+                for i, member in enumerate(ordered):
+                    length = share + (1 if i < extra else 0)
+                    owned[member.member_id][topic] = partitions[start : start + length]
+                    start += length
+            return {
+                member_id: ConsumerProtocolAssignment(cls.version, sorted(topics.items()), b"")
+                for member_id, topics in owned.items()
+            }
+
+    return KafkaOrderRangeAssignor
+
+
 def run_kafka_python(args: argparse.Namespace) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
-    from kafka.coordinator.assignors.range import RangePartitionAssignor
 
     consumer = KafkaConsumer(
         **_python_client_config(args),
-        partition_assignment_strategy=(RangePartitionAssignor,),
+        partition_assignment_strategy=(kafka_python_range_assignor(),),
     )
     emit("started", kind="kafka-python", client_id=args.client_id, group_instance_id=args.instance)
 

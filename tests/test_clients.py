@@ -35,6 +35,56 @@ def _ids(kind_version: tuple[ClientKind, str | None]) -> str:
     return kind.value + (f"-{version}" if version else "")
 
 
+class _Partitions:
+    """The one thing an assignor asks of kafka-python's ClusterMetadata."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = counts
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return set(range(self.counts[topic])) if topic in self.counts else None
+
+
+def test_kafka_python_leader_gives_every_member_of_a_mixed_group_its_range() -> None:
+    """The demo group's members in the order they join (static and dynamic interleaved), as the
+    broker lists them to a kafka-python leader: each gets the range Kafka's RangeAssignor gives it
+    (replay.assignors.range_assign, checked against Kafka's own test vectors), and the bytes
+    kafka-python sends decode to it. kafka-python 3.0.12's own assignor gave three of the five
+    nothing here (the demo's bounce then waited forever)."""
+    from types import SimpleNamespace
+
+    from kafka.coordinator.assignors.abstract import ConsumerProtocolSubscription
+
+    from demo.consumer_main import kafka_python_range_assignor
+    from proxy.wire.consumer_protocol import decode_assignment, encode_subscription
+    from replay.assignors import range_assign
+
+    joined = [
+        ("static-confluent-7", "static-confluent"),
+        ("dynamic-aiokafka-2", None),
+        ("static-kafka-python-9", "static-kafka-python"),
+        ("dynamic-java-2.4-1", None),
+        ("static-java-3.9-4", "static-java-3.9"),
+    ]
+    metadata = encode_subscription(["t"])
+    members = [
+        SimpleNamespace(
+            member_id=m, group_instance_id=i, metadata=ConsumerProtocolSubscription.decode(metadata)
+        )
+        for m, i in joined
+    ]
+    assignor = kafka_python_range_assignor()
+    assert assignor.name == "range"
+    got = {
+        member_id: decode_assignment(assignment.encode())
+        for member_id, assignment in assignor.assign(_Partitions({"t": 6}), members).items()
+    }
+    expected = range_assign({m: (i, metadata) for m, i in joined}, {"t": 6})
+    assert got == {m: tuple(f"{t}-{p}" for t, p in sorted(parts)) for m, parts in expected.items()}
+    assert all(got[m] for m, _ in joined)
+    assert got["static-confluent-7"] == ("t-0", "t-1")  # static members first, by instance id
+
+
 def test_event_lines_parse_and_junk_is_ignored() -> None:
     line = '{"event": "assigned", "ts_ms": 5, "partitions": ["t-0"], "generation_id": 3, "member_id": "m"}'
     event = ClientEvent.parse(line)
