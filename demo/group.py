@@ -85,6 +85,11 @@ def _current(process: ConsumerProcess) -> tuple[str, ...] | None:
     return None if last is None else last.partitions
 
 
+def _group_view(members: dict[str, ConsumerProcess]) -> str:
+    """Each member's last assignment, for an error: which member holds what when one waits."""
+    return "last assignments:\n" + "\n".join(f"  {name}: {_current(p)}" for name, p in members.items())
+
+
 def wait_settled(
     members: dict[str, ConsumerProcess], partitions: set[str], timeout_ms: int, quiet_ms: int = 1500
 ) -> None:
@@ -108,8 +113,7 @@ def wait_settled(
             stable_since = None
         last_view = view
         time.sleep(0.2)
-    detail = "\n".join(f"  {name}: {parts}" for name, parts in last_view.items())
-    raise ClientError(f"group did not settle within {timeout_ms} ms; last view:\n{detail}")
+    raise ClientError(f"group did not settle within {timeout_ms} ms; {_group_view(members)}")
 
 
 def _observe(
@@ -177,9 +181,12 @@ def run_group(
             running[bounce] = start_consumer(
                 _spec(plans[bounce], bootstrap, group_id, topic, session_timeout_ms), progress
             )
-            running[bounce].wait_for(
-                lambda e: e.event == "assigned" and bool(e.partitions), settle_timeout_ms
-            )
+            try:
+                running[bounce].wait_for(
+                    lambda e: e.event == "assigned" and bool(e.partitions), settle_timeout_ms
+                )
+            except ClientError as exc:
+                raise ClientError(f"{exc}\n{_group_view(running)}") from exc
             wait_settled(running, wanted, settle_timeout_ms)
             observations += _observe("after bounce", plans, running)
     finally:
