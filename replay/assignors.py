@@ -56,8 +56,16 @@ def range_member_key(client_software: str | None) -> MemberKey:
     """How the recorded leader's client orders the members of a topic in its range assignor:
     librdkafka (confluent-kafka-python/-go/-dotnet report `...-rdkafka-<version>` or
     `librdkafka`, KIP-511) with rd_kafka_group_member_cmp (rd_kafka_range_assignor_assign_cb
-    sorts each topic's members with it); the Java client, kafka-python 3 (static first, then
-    dynamic) and unknown clients with MemberInfo.compareTo."""
+    sorts each topic's members with it); the Java client, kafka-python and unknown clients with
+    MemberInfo.compareTo.
+
+    Not modelled: kafka-python's own range assignor differs from MemberInfo in two ways, read
+    in its releases: up to 2.2.x it sorts a topic's members by member id only (as aiokafka);
+    from 2.3.0 (3.0.12 still) it means to put static members first, but splits them from the
+    dynamic ones with `itertools.groupby` over the unsorted JoinGroup list and keeps the last
+    run of each kind, so when static and dynamic members are listed interleaved the others get
+    nothing. A replayed kafka-python leader assigns as Java's; the demo's kafka-python members
+    assign that way too (demo.consumer_main.kafka_python_range_assignor)."""
     if client_software and "rdkafka" in client_software.lower():
         return cmp_to_key(_librdkafka_member_cmp)
     return lambda member: member_order(*member)
