@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,9 @@ REBALANCE_IN_PROGRESS = int(ErrorCode.rebalance_in_progress)
 OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
 STEP_GAP_S = 0.25
 HEARTBEAT_INTERVAL_S = 0.5
+SLOW_STEP_S = 90.0  # a step still running after this is logged with every member's state
+
+log = logging.getLogger(__name__)
 
 
 class DriverError(RuntimeError):
@@ -287,8 +291,12 @@ class _Run:
     async def run(self) -> list[RebalanceEvent]:
         self._heartbeats = asyncio.create_task(self._heartbeat_loop())
         try:
-            for step in self.scenario.steps:
-                await self.step(step)
+            for index, step in enumerate(self.scenario.steps):
+                watchdog = asyncio.create_task(self._report_slow(index, step))
+                try:
+                    await self.step(step)
+                finally:
+                    watchdog.cancel()
         finally:
             self._heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -297,6 +305,31 @@ class _Run:
                 if member.conn is not None:
                     member.conn.close()
         return list(self.observer.events)
+
+    async def _report_slow(self, index: int, step: Step) -> None:
+        """Log a step that runs past SLOW_STEP_S (every request has its own timeout, so a step
+        that long is waiting on something else): the step and each member's state, so a hung run
+        says where it hangs. Only logs; the step goes on."""
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(SLOW_STEP_S)
+            log.warning(
+                "%s: step %d (%r) still running after %.1f s; members: %s",
+                self.group_id,
+                index,
+                step,
+                time.monotonic() - started,
+                "; ".join(self._member_state(key, member) for key, member in self.members.items()),
+            )
+
+    @staticmethod
+    def _member_state(key: str, member: _Member) -> str:
+        machine = member.machine
+        conn = "none" if member.conn is None else ("busy" if member.conn.lock.locked() else "idle")
+        return (
+            f"{key} {machine.state.name} id={machine.member_id or '-'} gen={machine.generation_id} "
+            f"alive={member.alive} paused={member.paused} conn={conn}"
+        )
 
     async def step(self, step: Step) -> None:  # noqa: C901 - one flat `match` case per Step kind
         match step:
