@@ -113,35 +113,34 @@ def kafka_python_range_assignor() -> type:
     members got no partitions; a static member bounced after that rejoins a Stable group and gets
     its stored empty assignment back, for good (CI saw it twice, on Kafka 3.9.2 and 4.3.1).
 
-    This subclass keeps the protocol name, version and wire format and orders members as Kafka's
-    RangeAssignor does (KAFKA-8355, `RangeAssignor.MemberInfo.compareTo`): members with a
-    group.instance.id first, by instance id, then the others by member id.
+    This subclass keeps the protocol name, version and wire format and assigns with replay's port
+    of Kafka's RangeAssignor (`replay.assignors.range_assign`: KAFKA-8355's member order, members
+    with a group.instance.id first, by instance id, then the others by member id).
     """
     from kafka.coordinator.assignors.abstract import ConsumerProtocolAssignment
     from kafka.coordinator.assignors.range import RangePartitionAssignor
 
-    from replay.assignors import member_order
+    from proxy.wire.consumer_protocol import encode_subscription
+    from replay.assignors import range_assign
 
     class KafkaOrderRangeAssignor(RangePartitionAssignor):  # type: ignore[misc]
         @classmethod
         def assign(cls, cluster: Any, members: Any) -> dict[str, Any]:
-            per_topic: dict[str, list[Any]] = {}
-            for member in members:
-                for topic in member.metadata.topics:
-                    per_topic.setdefault(topic, []).append(member)
-            owned: dict[str, dict[str, list[int]]] = {member.member_id: {} for member in members}
-            for topic, topic_members in per_topic.items():
-                known = cluster.partitions_for_topic(topic)
-                if known is None:
-                    continue  # as kafka-python: no metadata, no assignment for this topic
-                partitions = sorted(known)
-                ordered = sorted(topic_members, key=lambda m: member_order(m.member_id, m.group_instance_id))
-                share, extra = divmod(len(partitions), len(ordered))
-                start = 0
-                for i, member in enumerate(ordered):
-                    length = share + (1 if i < extra else 0)
-                    owned[member.member_id][topic] = partitions[start : start + length]
-                    start += length
+            subscriptions = {
+                m.member_id: (m.group_instance_id, encode_subscription(list(m.metadata.topics)))
+                for m in members
+            }
+            counts: dict[str, int] = {}  # a topic without metadata gets no assignment, as in kafka-python
+            for m in members:
+                for topic in m.metadata.topics:
+                    known = cluster.partitions_for_topic(topic)
+                    if known is not None:
+                        counts[topic] = len(known)
+            owned: dict[str, dict[str, list[int]]] = {}
+            for member_id, partitions in range_assign(subscriptions, counts).items():
+                by_topic = owned.setdefault(member_id, {})
+                for topic, partition in partitions:
+                    by_topic.setdefault(topic, []).append(partition)
             return {
                 member_id: ConsumerProtocolAssignment(cls.version, sorted(topics.items()), b"")
                 for member_id, topics in owned.items()
