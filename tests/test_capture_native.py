@@ -25,7 +25,7 @@ from proxy import header_runs
 from proxy.capture import snapped
 from proxy.capture.packets import Synthesizer
 from proxy.capture.tcp import MAX_SEGMENT, Stream, new_stream
-from proxy.layouts import HEADER_RUN, OPEN
+from proxy.layouts import CLOSE, HEADER_RUN, OPEN
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,6 +135,79 @@ def test_a_synthesizer_batch_writes_the_same_bytes_with_either_builder(
         assert synthesizer.error is None
     assert written[0] == written[1]
     assert len(written[0]) > 60 * 88
+
+
+def _packed_run(draw: st.DrawFn, conn: int, index: int) -> bytes:
+    """One `HEADER_RUN` + its frames (heads or whole) for `conn`."""
+    to_server, whole = draw(st.booleans()), draw(st.booleans())
+    sizes = draw(st.lists(st.one_of(_SMALL, _BIG) if not whole else _SMALL, min_size=1, max_size=6))
+    if whole:
+        sizes = [max(size, 8 if to_server else 4) for size in sizes]
+    data = b"".join(_frame(to_server, size, index * 10 + j, whole) for j, size in enumerate(sizes))
+    ts_ns = draw(st.integers(0, (1 << 63) - 1))
+    return HEADER_RUN.pack(conn, ts_ns, len(data) if to_server else -len(data), whole) + data
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> list[list[object]]:
+    """Batches as the proxy hands them over: connections opened and closed between items of
+    packed runs (a connection's first run anywhere in an item, runs of a closed connection
+    again), the last run of an item malformed at times."""
+    batches: list[list[object]] = []
+    for _ in range(draw(st.integers(1, 4))):
+        items: list[object] = []
+        for _ in range(draw(st.integers(1, 5))):
+            match draw(st.sampled_from(["open", "close", "runs", "runs"])):
+                case "open":
+                    items.append((OPEN, draw(st.integers(1, 4)), 5, "127.0.0.1:1", "b:9092"))
+                case "close":
+                    items.append((CLOSE, draw(st.integers(1, 4)), 6, "done", 10, 20))
+                case _:
+                    conns = draw(st.lists(st.integers(1, 4), min_size=1, max_size=8))
+                    packed = b"".join(_packed_run(draw, conn, i) for i, conn in enumerate(conns))
+                    if draw(st.integers(0, 9)) == 0:  # a run the C and Python builders refuse
+                        packed += HEADER_RUN.pack(conns[0], -1, -8, False) + RESPONSE.pack(4, 1)
+                    items.append(packed)
+        batches.append(items)
+    return batches
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(_batches())
+def test_the_c_batch_loop_writes_what_the_python_loop_writes(batches: list[list[object]]) -> None:
+    """`Synthesizer._header_runs` in one C call per connection first seen
+    (`snapped.native_header_runs`) against its Python loop over `python_run_blocks`: the same
+    bytes, the same count of bytes written, and a failure at the same run (the blocks before it
+    kept, the first error remembered)."""
+    written: list[tuple[bytes, int, bool]] = []
+    for builder in (snapped.python_run_blocks, snapped.native_run_blocks):
+        original = snapped.run_blocks
+        snapped.run_blocks = builder
+        try:
+            synthesizer = Synthesizer()
+            blocks = b"".join(bytes(part) for batch in batches for part in synthesizer.batch(batch))
+        finally:
+            snapped.run_blocks = original
+        written.append((blocks, synthesizer.written_bytes, synthesizer.error is not None))
+    assert written[1] == written[0]
+
+
+def test_the_c_batch_loop_names_what_it_refuses() -> None:
+    client, upstream = _streams(1, 1)
+    good = HEADER_RUN.pack(9, 1, -8, False) + RESPONSE.pack(4, 1)
+    for bad, message in (
+        (HEADER_RUN.pack(9, -1, -8, False) + RESPONSE.pack(4, 1), "ts_ns >= 0"),
+        (HEADER_RUN.pack(9, 1, -9, False) + RESPONSE.pack(4, 1), "runs past the batch"),
+        (HEADER_RUN.pack(9, 1, -8, False)[:10], "inside a run's header"),
+        (HEADER_RUN.pack(9, 1, -8, False) + RESPONSE.pack(-4, 1), "negative frame size"),
+    ):
+        blocks, position, count, error = snapped.native_header_runs(good + bad, 0, {9: (client, upstream)})
+        assert (position, count) == (len(good), len(good))
+        assert error is not None and message in error
+        assert len(blocks) == 96  # the good run's one block: 28 + 54 + 8 captured, padded, + 4
+    assert snapped.native_header_runs(good, 0, {}) == (b"", 0, 0, None)  # conn 9 not known yet
+    with pytest.raises(ValueError, match="outside the batch"):
+        snapped.native_header_runs(good, len(good) + 1, {})
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 /* Group scope in C: the proxy's packing of a header-only run (append_run, near the end), and
  * the capture writer process's header-only packets: `proxy.capture.snapped`'s Python builder
  * (`whole_frames`, `header_only_blocks` with `_stamped`, `_patch_lanes` and `_patch_each`, and the
- * length `skip_header_only` advances the other leg by), byte for byte, for one run.
+ * length `skip_header_only` advances the other leg by), byte for byte, for one run; and
+ * `build_runs`, the writer's loop over a batch item's runs (`Synthesizer._header_runs`) in one call.
  *
  * build(template, leg, ts_ns, seq, ack, data, whole, captured) -> (blocks: bytes, advance: int)
  *
@@ -38,6 +39,7 @@
 #define SEQ_AT 38
 #define ACK_AT 42
 #define MAX_CAPTURED 64
+#define RUN_HEAD 17        /* proxy.layouts.HEADER_RUN, "<Iqi?": conn, ts_ns, signed length, kind */
 
 static inline uint32_t get_be32(const unsigned char *p)
 {
@@ -121,33 +123,50 @@ static inline uint32_t ip_checksum(uint32_t constant, uint32_t piece)
     return 0xFFFF - (sum ? sum : 0xFFFF);
 }
 
-static PyObject *build(PyObject *module, PyObject *args)
+/* A growing output: a bytes object resized as blocks are appended (`_PyBytes_Resize`). */
+typedef struct {
+    PyObject *bytes;
+    Py_ssize_t size;
+} Out;
+
+/* Room for `more` bytes after `out->size`; -1 with an exception set. */
+static int out_reserve(Out *out, Py_ssize_t more)
 {
-    (void)module;
-    const char *template_bytes;
-    Py_ssize_t template_length;
-    int leg;
-    long long ts_ns;
-    unsigned long seq_arg, ack_arg;
-    Py_buffer view;
-    int whole;
-    Py_ssize_t captured;
-    if (!PyArg_ParseTuple(args, "y#iLkky*pn:build", &template_bytes, &template_length, &leg, &ts_ns,
-                          &seq_arg, &ack_arg, &view, &whole, &captured)) {
-        return NULL;
+    Py_ssize_t have = out->bytes == NULL ? 0 : PyBytes_GET_SIZE(out->bytes);
+    if (more <= have - out->size) {
+        return 0;
     }
-    PyObject *blocks = NULL;
+    if (more > PY_SSIZE_T_MAX - out->size) {
+        PyErr_SetString(PyExc_OverflowError, "header-only run: too many bytes");
+        return -1;
+    }
+    Py_ssize_t want = out->size + more;
+    if (have <= (PY_SSIZE_T_MAX - want) / 2 && want < have + have / 2) {
+        want = have + have / 2;  /* amortized: a batch's runs are appended one by one */
+    }
+    if (out->bytes == NULL) {
+        out->bytes = PyBytes_FromStringAndSize(NULL, want);
+        return out->bytes == NULL ? -1 : 0;
+    }
+    return _PyBytes_Resize(&out->bytes, want);
+}
+
+/* Appends one run's blocks to `out` (the two passes `build` documents); `*advance` is what the
+ * side's sequence number moves by. 0, or -1 with an exception set and `out` as it was. */
+static int build_run(Out *out, const unsigned char *template, Py_ssize_t template_length, int leg,
+                     long long ts_ns, uint32_t seq, uint32_t ack, const unsigned char *data,
+                     Py_ssize_t length, int whole, Py_ssize_t captured, int64_t *advance)
+{
     if (template_length != HEADERS_BYTES || leg < 0 || ts_ns < 0 || captured < 4 ||
         captured > MAX_CAPTURED) {
         PyErr_SetString(PyExc_ValueError,
                         "build: template must be 54 bytes, leg and ts_ns >= 0, captured 4..64");
-        goto done;
+        return -1;
     }
-    if (!whole && view.len % captured) {
+    if (!whole && length % captured) {
         PyErr_SetString(PyExc_ValueError, "header-only run: not a whole number of heads");
-        goto done;
+        return -1;
     }
-    const unsigned char *template = (const unsigned char *)template_bytes;
     uint32_t constant = 0;
     for (int at = IP_AT; at < IP_AT + 20; at += 2) {
         if (at != IP_LENGTH_AT && at != IP_CHECKSUM_AT) {
@@ -158,36 +177,30 @@ static PyObject *build(PyObject *module, PyObject *args)
     /* First pass: check the frames and size the output. */
     const Py_ssize_t first_total = block_total(captured);
     const Py_ssize_t next_total = block_total(0);
-    Frames frames = {(const unsigned char *)view.buf, view.len, captured, whole, 0};
+    Frames frames = {data, length, captured, whole, 0};
     const unsigned char *head;
     int64_t size;
     Py_ssize_t total = 0;
-    int64_t advance = 0;
+    int64_t moved = 0;
     int found;
     while ((found = next_frame(&frames, &head, &size)) == 1) {
         int64_t packets = (size + 4 + MAX_SEGMENT - 1) / MAX_SEGMENT; /* size < 2**31: no overflow */
         int64_t bytes = first_total + (packets - 1) * next_total;
-        if (bytes > PY_SSIZE_T_MAX - total || size + 4 > INT64_MAX - advance) {
+        if (bytes > PY_SSIZE_T_MAX - total || size + 4 > INT64_MAX - moved) {
             PyErr_SetString(PyExc_OverflowError, "header-only run: too many bytes");
-            goto done;
+            return -1;
         }
         total += (Py_ssize_t)bytes;
-        advance += size + 4;
+        moved += size + 4;
     }
-    if (found < 0) {
-        goto done;
+    if (found < 0 || out_reserve(out, total) < 0) {
+        return -1;
     }
 
     /* Second pass: the blocks. */
-    blocks = PyBytes_FromStringAndSize(NULL, total);
-    if (blocks == NULL) {
-        goto done;
-    }
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(blocks);
+    unsigned char *start = (unsigned char *)PyBytes_AS_STRING(out->bytes) + out->size;
     const uint32_t ts_high = (uint32_t)((unsigned long long)ts_ns >> 32);
     const uint32_t ts_low = (uint32_t)((unsigned long long)ts_ns & 0xFFFFFFFFu);
-    const uint32_t ack = (uint32_t)ack_arg;
-    uint32_t seq = (uint32_t)seq_arg;
     frames.at = 0;
     Py_ssize_t position = 0;
     while (next_frame(&frames, &head, &size) == 1) {
@@ -197,12 +210,11 @@ static PyObject *build(PyObject *module, PyObject *args)
             uint32_t piece = (uint32_t)(remaining < MAX_SEGMENT ? remaining : MAX_SEGMENT);
             Py_ssize_t block = block_total(holds);
             Py_ssize_t caplen = HEADERS_BYTES + holds;
-            unsigned char *at = out + position;
+            unsigned char *at = start + position;
             /* The block must fit what the first pass sized (it always does: same walk). */
             if (block > total - position) {
                 PyErr_SetString(PyExc_SystemError, "header-only run: output overrun");
-                Py_CLEAR(blocks);
-                goto done;
+                return -1;
             }
             put_le32(at, 6);
             put_le32(at + 4, (uint32_t)block);
@@ -228,27 +240,228 @@ static PyObject *build(PyObject *module, PyObject *args)
     }
     if (position != total) {
         PyErr_SetString(PyExc_SystemError, "header-only run: output underrun");
-        Py_CLEAR(blocks);
+        return -1;
     }
+    out->size += total;
+    *advance = moved;
+    return 0;
+}
 
-done:
+/* The bytes of `out`, trimmed to what was written (NULL with an exception set; `out` is taken). */
+static PyObject *out_finish(Out *out)
+{
+    if (out->bytes == NULL) {
+        return PyBytes_FromStringAndSize(NULL, 0);
+    }
+    if (PyBytes_GET_SIZE(out->bytes) != out->size && _PyBytes_Resize(&out->bytes, out->size) < 0) {
+        return NULL;
+    }
+    PyObject *bytes = out->bytes;
+    out->bytes = NULL;
+    return bytes;
+}
+
+static PyObject *build(PyObject *module, PyObject *args)
+{
+    (void)module;
+    const char *template_bytes;
+    Py_ssize_t template_length;
+    int leg;
+    long long ts_ns;
+    unsigned long seq_arg, ack_arg;
+    Py_buffer view;
+    int whole;
+    Py_ssize_t captured;
+    if (!PyArg_ParseTuple(args, "y#iLkky*pn:build", &template_bytes, &template_length, &leg, &ts_ns,
+                          &seq_arg, &ack_arg, &view, &whole, &captured)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Out out = {NULL, 0};
+    int64_t advance = 0;
+    if (build_run(&out, (const unsigned char *)template_bytes, template_length, leg, ts_ns,
+                  (uint32_t)seq_arg, (uint32_t)ack_arg, (const unsigned char *)view.buf, view.len,
+                  whole, captured, &advance) == 0) {
+        PyObject *blocks = out_finish(&out);
+        if (blocks != NULL) {
+            result = Py_BuildValue("(NL)", blocks, (long long)advance);
+        }
+    }
+    Py_XDECREF(out.bytes);
     PyBuffer_Release(&view);
-    if (blocks == NULL) {
+    return result;
+}
+
+/* One run's streams: (client leg's Stream, upstream leg's Stream) -> the C views of what
+ * `proxy.capture.snapped.native_run_blocks` reads, and its sequence number updates. */
+static PyObject *str_to_server, *str_to_client, *str_snapped, *str_client_seq, *str_server_seq;
+
+/* stream.<name> = value + moved (Python ints: a stream's sequence numbers are not masked). */
+static int add_to(PyObject *stream, PyObject *name, PyObject *value, PyObject *moved)
+{
+    PyObject *next = PyNumber_Add(value, moved);
+    int failed = next == NULL || PyObject_SetAttr(stream, name, next) < 0;
+    Py_XDECREF(next);
+    return failed ? -1 : 0;
+}
+
+/* One run of a batch, as `native_run_blocks(client, upstream, to_server, ts_ns, data, whole)`
+ * does it. 0, or -1 with an exception set (nothing appended). */
+static int batch_run(Out *out, PyObject *pair, int to_server, long long ts_ns,
+                     const unsigned char *data, Py_ssize_t length, int whole,
+                     Py_ssize_t request_captured, Py_ssize_t response_captured)
+{
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_TypeError, "build_runs(): streams must map conn -> (client, upstream)");
+        return -1;
+    }
+    PyObject *client = PyTuple_GET_ITEM(pair, 0), *upstream = PyTuple_GET_ITEM(pair, 1);
+    PyObject *seq_name = to_server ? str_client_seq : str_server_seq;
+    PyObject *ack_name = to_server ? str_server_seq : str_client_seq;
+    PyObject *side = NULL, *template = NULL, *seq = NULL, *ack = NULL, *moved = NULL, *other = NULL;
+    int failed = -1;
+    int64_t advance = 0;
+    side = PyObject_GetAttr(client, to_server ? str_to_server : str_to_client);
+    if (side == NULL || (template = PyObject_GetAttr(side, str_snapped)) == NULL ||
+        (seq = PyObject_GetAttr(client, seq_name)) == NULL ||
+        (ack = PyObject_GetAttr(client, ack_name)) == NULL) {
+        goto done;
+    }
+    if (!PyBytes_Check(template)) {
+        PyErr_SetString(PyExc_TypeError, "build_runs(): a side's template must be bytes");
+        goto done;
+    }
+    uint32_t seq32 = (uint32_t)PyLong_AsUnsignedLongMask(seq);
+    uint32_t ack32 = (uint32_t)PyLong_AsUnsignedLongMask(ack);
+    if (PyErr_Occurred()) {
+        goto done;
+    }
+    Py_ssize_t before = out->size;
+    if (build_run(out, (const unsigned char *)PyBytes_AS_STRING(template),
+                  PyBytes_GET_SIZE(template), 0, ts_ns, seq32, ack32, data, length, whole,
+                  to_server ? request_captured : response_captured, &advance) < 0) {
+        goto done;
+    }
+    moved = PyLong_FromLongLong((long long)advance);
+    other = PyObject_GetAttr(upstream, seq_name);
+    if (moved == NULL || other == NULL || add_to(client, seq_name, seq, moved) < 0 ||
+        add_to(upstream, seq_name, other, moved) < 0) {
+        out->size = before;
+        goto done;
+    }
+    failed = 0;
+done:
+    Py_XDECREF(moved);
+    Py_XDECREF(other);
+    Py_XDECREF(side);
+    Py_XDECREF(template);
+    Py_XDECREF(seq);
+    Py_XDECREF(ack);
+    return failed;
+}
+
+/* build_runs(packed, start, streams, request_captured, response_captured)
+ *     -> (blocks, position, written, error)
+ * The writer's loop over a batch item of packed header-only runs
+ * (`proxy.capture.packets.Synthesizer._header_runs` with `native_run_blocks`), from offset
+ * `start`, in one call: each run (`HEADER_RUN` + its bytes) is looked up by conn in `streams`
+ * (dict: conn -> (client Stream, upstream Stream)), built as `native_run_blocks` builds it and
+ * appended to `blocks`, and the streams' sequence numbers advance. It stops at the end of
+ * `packed`, at a run whose conn `streams` does not hold yet (`position` is that run's offset:
+ * the caller adds its streams and calls again), or at a malformed run (`error` says why, as the
+ * ValueError `native_run_blocks` raises; `position` is its offset). `written` counts the runs
+ * done as the Python loop counts them (HEADER_RUN's size plus the run's bytes). */
+static PyObject *build_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "build_runs() takes 5 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *moved = PyLong_FromLongLong((long long)advance);
-    if (moved == NULL) {
-        Py_DECREF(blocks);
+    if (!PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "build_runs(): streams must be a dict");
         return NULL;
     }
-    PyObject *result = PyTuple_New(2);
-    if (result == NULL) {
-        Py_DECREF(blocks);
-        Py_DECREF(moved);
+    Py_ssize_t at = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t request_captured = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t response_captured = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) {
         return NULL;
     }
-    PyTuple_SET_ITEM(result, 0, blocks); /* the tuple takes both references */
-    PyTuple_SET_ITEM(result, 1, moved);
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *packed = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *result = NULL, *error = NULL;
+    Out out = {NULL, 0};
+    long long written = 0;
+    if (at < 0 || at > end) {
+        PyErr_SetString(PyExc_ValueError, "build_runs(): start is outside the batch");
+        goto done;
+    }
+    while (at < end) {
+        if (end - at < RUN_HEAD) {
+            error = PyUnicode_FromString("header-only run: the batch ends inside a run's header");
+            break;
+        }
+        const unsigned char *run = packed + at;
+        uint32_t conn = (uint32_t)run[0] | (uint32_t)run[1] << 8 | (uint32_t)run[2] << 16 |
+                        (uint32_t)run[3] << 24;
+        uint64_t ts = 0;
+        for (int i = 7; i >= 0; i--) {
+            ts = ts << 8 | run[4 + i];
+        }
+        int32_t length = (int32_t)((uint32_t)run[12] | (uint32_t)run[13] << 8 |
+                                   (uint32_t)run[14] << 16 | (uint32_t)run[15] << 24);
+        int whole = run[16] != 0;
+        int to_server = length > 0;
+        int64_t bytes = to_server ? (int64_t)length : -(int64_t)length;
+        if (bytes > end - at - RUN_HEAD) {
+            error = PyUnicode_FromString("header-only run: a run runs past the batch");
+            break;
+        }
+        PyObject *key = PyLong_FromUnsignedLong(conn);
+        if (key == NULL) {
+            goto done;
+        }
+        PyObject *pair = PyDict_GetItemWithError(args[2], key); /* borrowed */
+        Py_DECREF(key);
+        if (pair == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            break; /* a new connection: the caller adds its streams */
+        }
+        if (batch_run(&out, pair, to_server, (long long)ts, run + RUN_HEAD, (Py_ssize_t)bytes,
+                      whole, request_captured, response_captured) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_ValueError) &&
+                !PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                goto done;
+            }
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            error = value != NULL ? PyObject_Str(value) : PyUnicode_FromString("header-only run");
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            if (error == NULL) {
+                goto done;
+            }
+            break;
+        }
+        at += RUN_HEAD + (Py_ssize_t)bytes;
+        written += RUN_HEAD + bytes;
+    }
+    PyObject *blocks = out_finish(&out);
+    if (blocks != NULL) {
+        result = Py_BuildValue("(NnLO)", blocks, at, written, error != NULL ? error : Py_None);
+    }
+done:
+    Py_XDECREF(out.bytes);
+    Py_XDECREF(error);
+    PyBuffer_Release(&view);
     return result;
 }
 
@@ -313,13 +526,13 @@ static PyObject *append_run(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     Py_ssize_t length = end - start;
     Py_ssize_t old = PyByteArray_GET_SIZE(sink);
-    if (length > INT32_MAX || old > PY_SSIZE_T_MAX - 17 - length) {
+    if (length > INT32_MAX || old > PY_SSIZE_T_MAX - RUN_HEAD - length) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_OverflowError, "append_run(): the run is too long");
         return NULL;
     }
     /* Resizing fails (BufferError) while `data` is a view of `sink` itself: nothing is written. */
-    if (PyByteArray_Resize(sink, old + 17 + length) < 0) {
+    if (PyByteArray_Resize(sink, old + RUN_HEAD + length) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -336,7 +549,7 @@ static PyObject *append_run(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     out[16] = (unsigned char)(kind ? 1 : 0);
     if (length) {
-        memcpy(out + 17, (const char *)view.buf + start, (size_t)length);
+        memcpy(out + RUN_HEAD, (const char *)view.buf + start, (size_t)length);
     }
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
@@ -346,6 +559,9 @@ static PyMethodDef methods[] = {
     {"build", build, METH_VARARGS,
      "build(template, leg, ts_ns, seq, ack, data, whole, captured) -> (blocks, advance): the pcapng "
      "blocks of a run of header-only frames (proxy.capture.snapped's Python builder, byte for byte)."},
+    {"build_runs", (PyCFunction)(void (*)(void))build_runs, METH_FASTCALL,
+     "build_runs(packed, start, streams, request_captured, response_captured) -> (blocks, "
+     "position, written, error): a batch item's header-only runs, one `build` each, in one call."},
     {"append_run", (PyCFunction)(void (*)(void))append_run, METH_FASTCALL,
      "append_run(sink, conn, ts_ns, request, kind, data, start, end): HEADER_RUN and data[start:end] "
      "onto the bytearray sink (proxy.header_runs.python_append_run, byte for byte)."},
@@ -361,5 +577,12 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__snapped(void)
 {
+    if ((str_to_server = PyUnicode_InternFromString("to_server")) == NULL ||
+        (str_to_client = PyUnicode_InternFromString("to_client")) == NULL ||
+        (str_snapped = PyUnicode_InternFromString("snapped")) == NULL ||
+        (str_client_seq = PyUnicode_InternFromString("client_seq")) == NULL ||
+        (str_server_seq = PyUnicode_InternFromString("server_seq")) == NULL) {
+        return NULL;
+    }
     return PyModule_Create(&module_def);
 }

@@ -2,6 +2,14 @@
 def build(
     template: bytes, leg: int, ts_ns: int, seq: int, ack: int, data: bytes, whole: bool, captured: int, /
 ) -> tuple[bytes, int]: ...
+def build_runs(
+    packed: bytes,
+    start: int,
+    streams: dict[int, tuple[object, object]],
+    request_captured: int,
+    response_captured: int,
+    /,
+) -> tuple[bytes, int, int, str | None]: ...
 
 # (conn, ts_ns, request, kind, data, start, end): `proxy.header_runs.python_append_run`'s, typed there
 def append_run(sink: bytearray, /, *run: int | bool | bytes | bytearray) -> None: ...

@@ -87,6 +87,8 @@ class Synthesizer:
     def __init__(self) -> None:
         self._blocks = PcapNgBlocks(io.BytesIO())
         self._streams: dict[tuple[int, int], Stream] = {}
+        # conn -> its (client, upstream) streams for the C builder's runs; dropped with them
+        self._pairs: dict[int, tuple[Stream, Stream]] = {}
         self._brokers: dict[str, int] = {}
         self._json_cache: dict[str | None, str] = {}
         self._comment_heads: dict[tuple[Any, ...], str] = {}
@@ -119,7 +121,11 @@ class Synthesizer:
     def _header_runs(self, packed: bytes, out: list[Buffer]) -> None:
         """Runs of header-only frames, packed as `layouts.HEADER_RUN` + heads each (format 5: no
         comment; format 6: written on the client leg only, the upstream leg's stream skips them:
-        `proxy.capture.snapped`)."""
+        `proxy.capture.snapped`). With the C builder, the whole item in one call per connection
+        first seen in it (`snapped.native_header_runs`); the loop below is the reference."""
+        if snapped.run_blocks is snapped.native_run_blocks:
+            self._native_header_runs(packed, out)
+            return
         streams = self._streams
         unpack = _HEADER_RUN.unpack_from
         step = _HEADER_RUN.size
@@ -137,6 +143,23 @@ class Synthesizer:
             upstream = streams.get((conn, 1)) or self._stream(conn, 1)
             out.append(snapped.run_blocks(client, upstream, to_server, ts_ns, heads, whole))
             self.written_bytes += step + length  # what the proxy counted for it
+
+    def _native_header_runs(self, packed: bytes, out: list[Buffer]) -> None:
+        pairs = self._pairs
+        at, end = 0, len(packed)
+        while at < end:
+            blocks, at, written, error = snapped.native_header_runs(packed, at, pairs)
+            if blocks:
+                out.append(blocks)
+            self.written_bytes += written
+            if error is not None:
+                raise ValueError(error)
+            if at < end:  # a connection's first run: its streams, as the loop above makes them
+                conn = _HEADER_RUN.unpack_from(packed, at)[0]
+                pairs[conn] = (
+                    self._streams.get((conn, 0)) or self._stream(conn, 0),
+                    self._streams.get((conn, 1)) or self._stream(conn, 1),
+                )
 
     def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
         """The common run (nothing rewritten, no SASL, every frame fits a packet) takes
@@ -246,6 +269,7 @@ class Synthesizer:
                     out.append(blocks.packet_block(ack, leg, ts_ns, None))
             case (layouts.CLOSE, conn, ts_ns, reason, client_bytes, upstream_bytes):
                 comment = close_comment(conn, reason, client_bytes, upstream_bytes)
+                self._pairs.pop(conn, None)
                 for leg in (0, 1):
                     closing = self._streams.pop((conn, leg), None)
                     if closing is None:
