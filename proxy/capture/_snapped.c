@@ -123,6 +123,16 @@ static inline uint32_t ip_checksum(uint32_t constant, uint32_t piece)
     return 0xFFFF - (sum ? sum : 0xFFFF);
 }
 
+/* 1 when a METH_FASTCALL function `name` got `wanted` arguments, else 0 with TypeError set. */
+static int takes(const char *name, Py_ssize_t nargs, Py_ssize_t wanted)
+{
+    if (nargs != wanted) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, wanted, nargs);
+        return 0;
+    }
+    return 1;
+}
+
 /* A growing output: a bytes object resized as blocks are appended (`_PyBytes_Resize`). */
 typedef struct {
     PyObject *bytes;
@@ -374,8 +384,7 @@ done:
 static PyObject *build_runs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "build_runs() takes 5 arguments (%zd given)", nargs);
+    if (!takes("build_runs", nargs, 5)) {
         return NULL;
     }
     if (!PyDict_Check(args[2])) {
@@ -474,8 +483,7 @@ done:
 static PyObject *append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "append_run() takes 8 arguments (%zd given)", nargs);
+    if (!takes("append_run", nargs, 8)) {
         return NULL;
     }
     PyObject *sink = args[0];
