@@ -186,9 +186,12 @@ class MetricsEndpoint:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await asyncio.wait_for(reader.readline(), 10)
-            while (await asyncio.wait_for(reader.readline(), 10)) not in (b"\r\n", b"\n", b""):
-                pass  # headers: nothing in them matters here
+            async with asyncio.timeout(10):  # not wait_for: on 3.11 it can lose a cancel (gh-86296)
+                request = await reader.readline()
+            while True:  # headers: nothing in them matters here
+                async with asyncio.timeout(10):
+                    if await reader.readline() in (b"\r\n", b"\n", b""):
+                        break
             parts = request.decode("latin-1").split()
             path = parts[1].split("?")[0] if len(parts) >= 2 else ""
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):

@@ -201,7 +201,8 @@ async def describe_upstream(
     from proxy.tls import explain_upstream_error
 
     try:
-        return await asyncio.wait_for(_describe(host, port, tls), timeout_ms / 1000)
+        async with asyncio.timeout(timeout_ms / 1000):  # not wait_for: it can lose a cancel (3.11)
+            return await _describe(host, port, tls)
     except TimeoutError:
         return GroupSettings(unknown_reason=f"upstream {host}:{port} did not answer within {timeout_ms} ms")
     except (OSError, asyncio.IncompleteReadError) as exc:

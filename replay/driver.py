@@ -256,6 +256,7 @@ class _Run:
         self.members = {spec.key: _Member(spec, self._machine(spec)) for spec in scenario.members}
         self.t0 = time.monotonic()
         self._heartbeats: asyncio.Task[None] | None = None
+        self._stopping = False  # the run is over: the heartbeat loop ends at its next look
         self.describes: list[tuple[Any, ...]] = []
 
     def _machine(self, spec: MemberSpec) -> ClassicMember:
@@ -298,6 +299,11 @@ class _Run:
                 finally:
                     watchdog.cancel()
         finally:
+            # The flag, not only the cancel: on Python 3.11 a cancel that meets a heartbeat whose
+            # answer has just arrived is lost inside `asyncio.wait_for` (it returns the answer,
+            # CPython gh-86296, fixed in 3.12), and a loop stopped by cancelling alone would then
+            # heartbeat forever while this await waits for it (a differential run hung 600 s so).
+            self._stopping = True
             self._heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeats
@@ -456,9 +462,11 @@ class _Run:
             admin.conn.close()
 
     async def _heartbeat_loop(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             for member in self.members.values():
+                if self._stopping:
+                    return
                 if not member.alive or member.paused or member.conn is None or member.conn.lock.locked():
                     continue
                 try:

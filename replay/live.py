@@ -73,7 +73,10 @@ class Connection:
             self.writer.write(encode_request(request, self.correlation, self.client_id))
             await self.writer.drain()
             while not self.frames:
-                data = await asyncio.wait_for(self.reader.read(65536), timeout_s)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that meets
+                # an answer just read (CPython gh-86296), and a cancelled caller would go on.
+                async with asyncio.timeout(timeout_s):
+                    data = await self.reader.read(65536)
                 if not data:
                     raise ConnectionClosed(f"{self.client_id}: connection closed by the target")
                 self.frames += self.decoder.feed(data)
@@ -449,7 +452,8 @@ class LiveRunner(Runner):
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
                     next_ms = min(heap[0][0] if heap else end_ms, end_ms, ask_again_ms or end_ms)
-                    await asyncio.wait_for(wake.wait(), timeout=clock.seconds_until(next_ms))
+                    async with asyncio.timeout(clock.seconds_until(next_ms)):  # not wait_for: see `call`
+                        await wake.wait()
                 if progress is not None and now_ms - last_report >= 1_000:
                     last_report = now_ms
                     progress(now_ms, end_ms)

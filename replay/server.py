@@ -183,7 +183,8 @@ class ReferenceServer:
                 deadline = self.coordinator.next_deadline()
                 timeout = None if deadline is None else max(0.0, (deadline - self.now_ms()) / 1000)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel (3.11)
+                        await self._wake.wait()
                 self._wake.clear()
                 outputs = self.coordinator.advance(self.now_ms())
                 if outputs:
