@@ -256,7 +256,7 @@ class _Run:
         self.members = {spec.key: _Member(spec, self._machine(spec)) for spec in scenario.members}
         self.t0 = time.monotonic()
         self._heartbeats: asyncio.Task[None] | None = None
-        self._stopping = False  # the run is over: the heartbeat loop ends at its next look
+        self._stopping = False  # the run is over: the heartbeat loop ends at its next round
         self.describes: list[tuple[Any, ...]] = []
 
     def _machine(self, spec: MemberSpec) -> ClassicMember:
@@ -299,10 +299,7 @@ class _Run:
                 finally:
                     watchdog.cancel()
         finally:
-            # The flag, not only the cancel: on Python 3.11 a cancel that meets a heartbeat whose
-            # answer has just arrived is lost inside `asyncio.wait_for` (it returns the answer,
-            # CPython gh-86296, fixed in 3.12), and a loop stopped by cancelling alone would then
-            # heartbeat forever while this await waits for it (a differential run hung 600 s so).
+            # Not the cancel alone: Python 3.11 can lose one (docs/ci.md, "That hang, diagnosed").
             self._stopping = True
             self._heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -313,9 +310,7 @@ class _Run:
         return list(self.observer.events)
 
     async def _report_slow(self, index: int, step: Step) -> None:
-        """Log a step that runs past SLOW_STEP_S (every request has its own timeout, so a step
-        that long is waiting on something else): the step and each member's state, so a hung run
-        says where it hangs. Only logs; the step goes on."""
+        """Log a step still running after SLOW_STEP_S with each member's state (only logs)."""
         started = time.monotonic()
         while True:
             await asyncio.sleep(SLOW_STEP_S)
@@ -465,8 +460,6 @@ class _Run:
         while not self._stopping:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             for member in self.members.values():
-                if self._stopping:
-                    return
                 if not member.alive or member.paused or member.conn is None or member.conn.lock.locked():
                     continue
                 try:
