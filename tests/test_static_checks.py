@@ -6,6 +6,7 @@ Each check runs the real tool over the real tree; a violation fails with the too
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -64,3 +65,22 @@ def test_product_modules_under_600_lines() -> None:
     assert set(over) <= OVER_LIMIT_AWAITING_SPLIT, (
         f"modules over {MAX_MODULE_LINES} lines: {dict(sorted(over.items()))}"
     )
+
+
+def test_product_waits_with_asyncio_timeout_not_wait_for() -> None:
+    """On Python 3.11 `asyncio.wait_for` loses a cancel that meets a result in the same loop
+    iteration (CPython gh-86296): a loop stopped by cancelling it then runs on, which hung a
+    differential run for 600 s (docs/ci.md). The product waits with `asyncio.timeout` instead."""
+    modules = [ROOT / "group_replay.py"]
+    for package in PRODUCT:
+        modules += (ROOT / package).rglob("*.py")
+    calls = []
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "wait_for"
+                and getattr(node.value, "id", "") == "asyncio"
+            ):
+                calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not calls, f"asyncio.wait_for in the product (use asyncio.timeout): {calls}"
