@@ -443,8 +443,11 @@ static PyObject *build_runs(PyObject *module, PyObject *const *args, Py_ssize_t 
             }
             break; /* a new connection: the caller adds its streams */
         }
-        if (batch_run(&out, pair, to_server, (long long)ts, run + RUN_HEAD, (Py_ssize_t)bytes,
-                      whole, request_captured, response_captured) < 0) {
+        Py_INCREF(pair); /* held while its streams are read and written */
+        int built = batch_run(&out, pair, to_server, (long long)ts, run + RUN_HEAD,
+                              (Py_ssize_t)bytes, whole, request_captured, response_captured);
+        Py_DECREF(pair);
+        if (built < 0) {
             if (!PyErr_ExceptionMatches(PyExc_ValueError) &&
                 !PyErr_ExceptionMatches(PyExc_OverflowError)) {
                 goto done;
