@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import subprocess
-import sys
 import threading
 from datetime import timedelta
 
@@ -20,28 +17,19 @@ import pytest
 
 import replay.driver
 from replay.driver import MemberSpec, Scenario, Wait, form, run_scenario
+from tests.support.serve import served
 
 
 def test_a_step_that_runs_long_is_logged_with_each_members_state(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(replay.driver, "SLOW_STEP_S", 0.3)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "group_replay", "coordinator", "serve", "--port", "0",
-         "--group-min-session-timeout-ms", "1000", "--group-initial-rebalance-delay-ms", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        port = json.loads(process.stdout.readline())["port"]
+    with served("events:6") as bootstrap:
         scenario = Scenario(
             "slow-step", (MemberSpec(key="a"), MemberSpec(key="b")), (*form("a", "b"), Wait(ms=800))
         )
         with caplog.at_level(logging.WARNING, logger="replay.driver"):
-            result = asyncio.run(run_scenario(scenario, f"127.0.0.1:{port}", "reference"))
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+            result = asyncio.run(run_scenario(scenario, bootstrap, "reference"))
     slow = [r.getMessage() for r in caplog.records if "step 2 (Wait(ms=800)) still running" in r.getMessage()]
     assert slow, "the 800 ms Wait outlasted the 300 ms interval but nothing was logged"
     assert "a STABLE" in slow[0] and "b STABLE" in slow[0] and "conn=idle" in slow[0]
@@ -66,14 +54,7 @@ def test_the_run_ends_when_its_heartbeat_loop_loses_a_cancel(monkeypatch: pytest
 
     monkeypatch.setattr(replay.driver, "HEARTBEAT_INTERVAL_S", 0.01)
     monkeypatch.setattr(replay.driver.Connection, "call", stubborn)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "group_replay", "coordinator", "serve", "--port", "0",
-         "--group-min-session-timeout-ms", "1000", "--group-initial-rebalance-delay-ms", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        port = json.loads(process.stdout.readline())["port"]
+    with served("events:6") as bootstrap:
         scenario = Scenario(
             "lost-cancel", (MemberSpec(key="a"), MemberSpec(key="b")), (*form("a", "b"), Wait(ms=500))
         )
@@ -81,9 +62,7 @@ def test_the_run_ends_when_its_heartbeat_loop_loses_a_cancel(monkeypatch: pytest
         # In a thread of its own: a run that never ends would also hang asyncio.run's clean-up.
         results: list[replay.driver.RunResult] = []
         thread = threading.Thread(
-            target=lambda: results.append(
-                asyncio.run(run_scenario(scenario, f"127.0.0.1:{port}", "reference"))
-            ),
+            target=lambda: results.append(asyncio.run(run_scenario(scenario, bootstrap, "reference"))),
             daemon=True,
         )
         thread.start()
@@ -92,9 +71,6 @@ def test_the_run_ends_when_its_heartbeat_loop_loses_a_cancel(monkeypatch: pytest
             "the run did not end: its heartbeat loop outlived the cancel that stops it"
         )
         result = results[0]
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
     assert [e.generation_id for e in result.events if e.event == "generation_completed"][-1:] == [2]
 
 

@@ -156,10 +156,7 @@ class Synthesizer:
                 raise ValueError(error)
             if at < end:  # a connection's first run: its streams, as the loop above makes them
                 conn = _HEADER_RUN.unpack_from(packed, at)[0]
-                pairs[conn] = (
-                    self._streams.get((conn, 0)) or self._stream(conn, 0),
-                    self._streams.get((conn, 1)) or self._stream(conn, 1),
-                )
+                pairs[conn] = (self._stream(conn, 0), self._stream(conn, 1))
 
     def _flush_tuples(self, run: list[tuple[Any, ...]], out: list[Buffer]) -> None:
         """The common run (nothing rewritten, no SASL, every frame fits a packet) takes
