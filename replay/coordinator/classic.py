@@ -119,26 +119,27 @@ class ClassicGroupManager(JoinGroupHandling):
     def _checked_heartbeat(
         self, ctx: RequestContext, request: P.Heartbeat, group: ClassicGroup | None
     ) -> None:
-        """Heartbeat with Kafka's checks in Kafka's order."""
-        api_version = ctx.api_version
+        """Heartbeat with Kafka's checks in Kafka's order, one answer at the end (but for a
+        group id no classic group has: `_not_classic` answers)."""
         group_id, generation_id, member_id, group_instance_id = request
+        code: int
         if not group_id:
-            self._respond(ctx, R.heartbeat(api_version, INVALID_GROUP_ID))
-            return
-        if group is None:
+            code = INVALID_GROUP_ID
+        elif group is None:
             self._not_classic(ctx, request, ConsumerGroupService.classic_heartbeat, R.heartbeat)
             return
-        code = self._member_error(group, member_id, group_instance_id, generation_id, "heartbeat")
-        if code == NONE:
-            state = group.state
-            if state is GroupState.EMPTY:
-                code = UNKNOWN_MEMBER_ID
-            else:
-                member = group.members[member_id]
-                self._schedule_heartbeat(group, member, member.session_timeout_ms)
-                if state is GroupState.PREPARING_REBALANCE:
-                    code = REBALANCE_IN_PROGRESS
-        self._respond(ctx, R.heartbeat(api_version, code))
+        else:
+            code = self._member_error(group, member_id, group_instance_id, generation_id, "heartbeat")
+            if code == NONE:
+                state = group.state
+                if state is GroupState.EMPTY:
+                    code = UNKNOWN_MEMBER_ID
+                else:
+                    member = group.members[member_id]
+                    self._schedule_heartbeat(group, member, member.session_timeout_ms)
+                    if state is GroupState.PREPARING_REBALANCE:
+                        code = REBALANCE_IN_PROGRESS
+        self._respond(ctx, R.heartbeat(ctx.api_version, code))
 
     def _member_error(
         self,

@@ -108,15 +108,8 @@ class Heartbeat(NamedTuple):
 
 
 def heartbeat(request: Any, api_version: int) -> Heartbeat:
-    return _new(
-        Heartbeat,
-        (
-            request.group_id,
-            int(request.generation_id),
-            request.member_id,
-            request.group_instance_id if api_version >= 3 else None,
-        ),
-    )
+    instance_id = request.group_instance_id if api_version >= 3 else None
+    return _new(Heartbeat, (request.group_id, int(request.generation_id), request.member_id, instance_id))
 
 
 class LeaveGroup(NamedTuple):
