@@ -26,7 +26,7 @@ from typing import Any
 
 from group_replay import add_ci_output_options, add_progress_option, parse_args
 from replay.brokers import group_settings
-from replay.events import EventName, RebalanceEvent, write_jsonl, write_parquet
+from replay.events import RECORDED_RUN, REFERENCE_RUN, EventName, RebalanceEvent, write_jsonl, write_parquet
 from replay.scenario import ScenarioError, builtin_names, load_builtin, resolve_scenario, scenario_text
 
 
@@ -115,11 +115,11 @@ def _error_name(code: int) -> str:
 
 def _compared_with(run: str, scenario_name: str) -> str:
     """What `group-replay validate` compares this run with (AGREED #5)."""
-    if run == "recorded":
+    if run == RECORDED_RUN:
         if scenario_name == "as-recorded":
             return "validate compares every as-recorded run with it"
         return f"validate does not compare it: {scenario_name} changes the group"
-    if run == "reference":
+    if run == REFERENCE_RUN:
         return f"validate's expected side for {scenario_name}: every other run of it is compared with it"
     if scenario_name == "as-recorded":
         return "validate compares it with recorded and with reference"

@@ -81,6 +81,10 @@ EVENT_TABLE: tuple[EventColumn, ...] = (
 )
 """The events contract, declared once (design section 4 plus the optional extensions)."""
 
+RECORDED_RUN, REFERENCE_RUN = "recorded", "reference"
+"""The `run` names (AGREED #4) of the capture as it ran and of the reference coordinator's replay;
+a live run is named after its target (`broker:4.3.1`, `HOST:PORT`), a repeat `NAME~N`."""
+
 
 class EventName(StrEnum):
     MEMBER_JOINED = "member_joined"
@@ -100,6 +104,9 @@ class EventName(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RebalanceEvent:
+    """One row of the events contract: what one member saw happen to its group, at `ts_ms` of
+    the run (EVENT_TABLE above declares the columns, their types and which are optional)."""
+
     session_id: str
     scenario: str
     run: str

@@ -30,7 +30,7 @@ from proxy.wire.apis import ApiKey
 from proxy.wire.consumer_protocol import decode_assignment
 from replay import consumer_plan
 from replay.consumer_plan import CONSUMER_HEARTBEAT
-from replay.events import RebalanceEvent
+from replay.events import RECORDED_RUN, RebalanceEvent
 from replay.member import DEFAULT_HEARTBEAT_INTERVAL_MS, GROUP_APIS, HEARTBEAT, JOIN, LEAVE, SYNC
 from replay.migration import GroupProtocol
 from replay.observe import Exchange, GroupObserver
@@ -391,7 +391,7 @@ def _client_software_by_connection(pairs: list[Any]) -> dict[int, str]:
 
 
 def recorded_events(plan: ReplayPlan, scenario_name: str = "as-recorded") -> list[RebalanceEvent]:
-    observer = GroupObserver(plan.session_id, scenario_name, "recorded")
+    observer = GroupObserver(plan.session_id, scenario_name, RECORDED_RUN)
     observer.topic_names.update({topic_id: name for name, topic_id in plan.topic_ids.items()})
     observer.client_software.update(
         {script.member_key: script.client_software for script in plan.scripts if script.client_software}

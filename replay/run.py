@@ -38,6 +38,7 @@ from replay.coordinator import (
     Respond,
 )
 from replay.coordinator.consumer import ConsumerGroupConfig
+from replay.events import REFERENCE_RUN
 from replay.member import (
     HEARTBEAT,
     LEAVE,
@@ -572,7 +573,7 @@ def replay_reference(
     if config.member_ids is None and not changed:
         # the recorded membership: the members get the ids the recorded broker gave them
         config = dataclasses.replace(config, member_ids=RecordedMemberIds(plan))
-    runner = Runner(plan, scenario, "reference")
+    runner = Runner(plan, scenario, REFERENCE_RUN)
     end_ms = run_virtual(runner, CoordinatorTransport(runner, config, consumer), progress)
     return runner.result(end_ms)
 

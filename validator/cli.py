@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from group_replay import add_ci_output_options, add_progress_option, parse_args
+from replay.events import REFERENCE_RUN
 from validator.session import java_problem
 
 EXIT_OK, EXIT_DIFFERENCES, EXIT_INPUT = 0, 1, 2
@@ -47,7 +48,7 @@ def build_parser(prog: str = "group-replay validate") -> argparse.ArgumentParser
     )
     parser.add_argument(
         "--expected",
-        default="reference",
+        default=REFERENCE_RUN,
         metavar="RUN",
         help="the run every other run is compared against: reference (default) or recorded",
     )

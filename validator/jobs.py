@@ -18,6 +18,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from replay.events import REFERENCE_RUN
 from validator import compare as C
 from validator import migration_job as MJ
 from validator import transforms as T
@@ -57,7 +58,7 @@ class InputFiles:
 @dataclass(frozen=True, slots=True)
 class ValidateOptions:
     inputs: tuple[Path, ...]
-    expected_run: str = "reference"
+    expected_run: str = REFERENCE_RUN
     out_dir: Path | None = None
     max_bad_rows: int = 0
     collect_all: bool = False  # every comparison with its differences (--junit-xml, --summary-json)

@@ -15,10 +15,11 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from replay.events import RECORDED_RUN
 from validator import migration as M
 from validator.checkpoint import leaf
 from validator.schemas import GROUP_KEY
-from validator.transforms import AS_RECORDED_SCENARIO, RECORDED, base_run, expected_run_for
+from validator.transforms import AS_RECORDED_SCENARIO, base_run, expected_run_for
 
 MIGRATION_GROUPS_IN_REPORT = 30
 """(session, scenario, group) migration views the report shows, failing comparisons first."""
@@ -48,7 +49,7 @@ def migration_tables(events: DataFrame, partitions: int, expected_run: str) -> M
         return None
     chosen = F.broadcast(events.sparkSession.createDataFrame(list(keys), KEY_DDL))
     # `recorded` only where it is compared (under as-recorded), as transforms.is_observed
-    compared = (F.col("scenario") == AS_RECORDED_SCENARIO) | (base_run(F.col("run")) != RECORDED)
+    compared = (F.col("scenario") == AS_RECORDED_SCENARIO) | (base_run(F.col("run")) != RECORDED_RUN)
     rows = (
         events.where(compared)
         .join(chosen, list(GROUP_KEY), "left_semi")

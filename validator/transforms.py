@@ -23,7 +23,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from replay.events import EventName
+from replay.events import RECORDED_RUN, REFERENCE_RUN, EventName
 from replay.scenario import AS_RECORDED
 from validator.churn import generations_with_churn, member_churn
 from validator.explain import error_names
@@ -58,9 +58,6 @@ WHOLE_RUN = 0
 
 REPEAT_SUFFIX = r"~(\d+)$"
 
-RECORDED, REFERENCE = "recorded", "reference"
-"""Run names (AGREED #4): the capture as it ran, and the reference coordinator's replay."""
-
 AS_RECORDED_SCENARIO = AS_RECORDED.name
 
 NOT_RUN = "not run"
@@ -84,9 +81,9 @@ def expected_run_for(scenario: Column, expected_run: str) -> Column:
     `recorded` is the capture as it ran, unmodified: it can only be the expectation (or be compared)
     under `as-recorded`. Under any other scenario the reference replaying that scenario is.
     """
-    if expected_run != RECORDED:
+    if expected_run != RECORDED_RUN:
         return F.lit(expected_run)
-    return F.when(scenario == AS_RECORDED_SCENARIO, F.lit(RECORDED)).otherwise(F.lit(REFERENCE))
+    return F.when(scenario == AS_RECORDED_SCENARIO, F.lit(RECORDED_RUN)).otherwise(F.lit(REFERENCE_RUN))
 
 
 def is_observed(run: Column, scenario: Column, expected: Column) -> Column:
@@ -94,7 +91,7 @@ def is_observed(run: Column, scenario: Column, expected: Column) -> Column:
     return (
         (run_attempt(run) == 1)
         & (run != expected)
-        & ((scenario == AS_RECORDED_SCENARIO) | (base_run(run) != RECORDED))
+        & ((scenario == AS_RECORDED_SCENARIO) | (base_run(run) != RECORDED_RUN))
     )
 
 
