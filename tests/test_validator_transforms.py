@@ -437,6 +437,27 @@ def test_differences_are_explained_fencing_and_extra_rebalance(spark: SparkSessi
     assert all(cause for cause, _ in causes.values()), causes
 
 
+def test_fencing_and_expiry_are_explained_whichever_run_saw_them(spark: SparkSession) -> None:
+    reference = one_run("reference", 1)
+    reference += [
+        ev("reference", 8, "member_fenced", 2, "b", error_code=82),
+        ev("reference", 9, "member_expired", 2, "c"),
+    ]
+    broker = [*one_run("broker-3.9.2", 1), ev("broker-3.9.2", 8, "member_expired", 2, "a")]
+    causes = _causes(_compare(frame(spark, reference + broker))[3])
+    assert causes[("fenced", "b")] == (
+        "not fenced: b was fenced in the expected run (KIP-345)",
+        "check that the observed coordinator rejects a duplicate group.instance.id "
+        "(static membership needs JoinGroup v5+, Kafka 2.3+)",
+    )
+    assert causes[("expired", "a")][0] == "expired: a missed its session timeout"
+    assert "session.timeout.ms" in (causes[("expired", "a")][1] or "")
+    assert causes[("expired", "c")] == (
+        "not expired: c expired in the expected run",
+        "compare the session timeout bounds of the two coordinators",
+    )
+
+
 def test_leader_that_did_not_skip_assignment_is_explained_by_kip_814(spark: SparkSession) -> None:
     def run(name: str, skip: bool, join_api_version: int, second: list[str]):
         rows = one_run(name, 1)

@@ -46,6 +46,52 @@ def _text(*parts: Column | str) -> Column:
 Rule = tuple[Column, Column | str, str | None]
 
 
+# What happened to one member in one run only: (aspect, (cause, next step) where only the observed
+# run saw it, (cause, next step) where only the expected run did); `{}` stands for the member.
+_MEMBER_FACTS: tuple[tuple[str, tuple[str, str], tuple[str, str]], ...] = (
+    (
+        "fenced",
+        (
+            "fenced: two live members share group.instance.id {} (KIP-345)",
+            "give every live member its own group.instance.id; stop the old process before its "
+            "replacement joins",
+        ),
+        (
+            "not fenced: {} was fenced in the expected run (KIP-345)",
+            "check that the observed coordinator rejects a duplicate group.instance.id "
+            "(static membership needs JoinGroup v5+, Kafka 2.3+)",
+        ),
+    ),
+    (
+        "expired",
+        (
+            "expired: {} missed its session timeout",
+            "compare session.timeout.ms with the broker's group.min/max.session.timeout.ms and the "
+            "heartbeat interval",
+        ),
+        (
+            "not expired: {} expired in the expected run",
+            "compare the session timeout bounds of the two coordinators",
+        ),
+    ),
+)
+
+
+def _member_fact_rules(aspect: Column, change: Column, subject: Column) -> list[Rule]:
+    """Two rules per member fact (KIP-345's fencing, the session's expiry): seen only in the
+    observed run (`unexpected`), then only in the expected one."""
+    rules: list[Rule] = []
+    for name, (seen, seen_step), (unseen, unseen_step) in _MEMBER_FACTS:
+        rules.append(((aspect == name) & (change == "unexpected"), _around(seen, subject), seen_step))
+        rules.append((aspect == name, _around(unseen, subject), unseen_step))
+    return rules
+
+
+def _around(template: str, subject: Column) -> Column:
+    before, after = template.split("{}")
+    return _text(before, subject, after)
+
+
 def cause_and_next_step(
     *,
     noise: Column,
@@ -72,35 +118,7 @@ def cause_and_next_step(
             "unstable: a run disagrees with its own repeat on this fact (noise, ignored)",
             None,
         ),
-        (
-            (aspect == "fenced") & (change == "unexpected"),
-            _text("fenced: two live members share group.instance.id ", subject, " (KIP-345)"),
-            (
-                "give every live member its own group.instance.id; stop the old process before its "
-                "replacement joins"
-            ),
-        ),
-        (
-            aspect == "fenced",
-            _text("not fenced: ", subject, " was fenced in the expected run (KIP-345)"),
-            (
-                "check that the observed coordinator rejects a duplicate group.instance.id "
-                "(static membership needs JoinGroup v5+, Kafka 2.3+)"
-            ),
-        ),
-        (
-            (aspect == "expired") & (change == "unexpected"),
-            _text("expired: ", subject, " missed its session timeout"),
-            (
-                "compare session.timeout.ms with the broker's group.min/max.session.timeout.ms and "
-                "the heartbeat interval"
-            ),
-        ),
-        (
-            aspect == "expired",
-            _text("not expired: ", subject, " expired in the expected run"),
-            "compare the session timeout bounds of the two coordinators",
-        ),
+        *_member_fact_rules(aspect, change, subject),
         (
             (aspect == "rebalance_count") & (extra > 0) & (F.size(left_dynamic) > 0),
             _text(
