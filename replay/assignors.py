@@ -165,21 +165,9 @@ def compute(
     return range_assign(subscriptions, topics, range_member_key(client_software))
 
 
-def assign(
-    protocol_name: str,
-    subscriptions: Subscriptions,
-    topics: Topics,
-    client_software: str | None = None,
-    user_data: bytes | None = None,
-) -> dict[str, bytes]:
-    """`compute`, encoded per member as ConsumerProtocolAssignment bytes."""
-    return encode(compute(protocol_name, subscriptions, topics, client_software), user_data)
-
-
 __all__ = [
     "ASSIGNORS",
     "STICKY_PROTOCOLS",
-    "assign",
     "compute",
     "encode",
     "member_order",

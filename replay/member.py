@@ -37,7 +37,7 @@ from proxy.wire.consumer_protocol import (
     encode_subscription,
 )
 from proxy.wire.convert import convert
-from replay.assignors import STICKY_PROTOCOLS, assign, subscribed_topics
+from replay.assignors import STICKY_PROTOCOLS, compute, encode, subscribed_topics
 from replay.group_member import (
     ERROR_REACTIONS,
     REQUEST_TIMEOUT_MS,
@@ -337,9 +337,8 @@ class ClassicMember:
         for _, metadata in subscriptions.values():
             for topic in subscribed_topics(metadata):
                 topics.setdefault(topic, 0)
-        return assign(
-            protocol_name or "range", subscriptions, topics, self.client_software, self.assignment_user_data
-        )
+        computed = compute(protocol_name or "range", subscriptions, topics, self.client_software)
+        return encode(computed, self.assignment_user_data)
 
     def _heartbeat_due(self, now_ms: int) -> int:
         """When the next Heartbeat goes out: the recorded client's next Heartbeat when there is one

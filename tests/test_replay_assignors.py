@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.wire.consumer_protocol import decode_assignment, encode_subscription
-from replay.assignors import assign, compute, range_assign, roundrobin_assign
+from replay.assignors import compute, encode, range_assign, roundrobin_assign
 from replay.sticky import java_hash_order, sticky_user_data
 
 T1, T2 = "topic1", "topic2"
@@ -81,6 +81,10 @@ def test_roundrobin_static_members_persist() -> None:
         **expected,
         "consumer5": [(T2, 0)],
     }
+
+
+def assign(protocol_name: str, subscriptions, topics) -> dict[str, bytes]:
+    return encode(compute(protocol_name, subscriptions, topics))
 
 
 def test_assign_by_protocol_name_encodes_the_consumer_protocol() -> None:
