@@ -132,8 +132,10 @@ def compile_cached(
     """Directory holding `name`.class and `name`.jar (its classes, for a class path a JVM can
     archive: harness.class_archive), compiled from `source` (the public class `name`) with javac
     against kafka-clients `clients_version`, once per source: cached under the harness cache by
-    the source's digest, built in a staging directory renamed into place when javac succeeds."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    the digest of the source, the clients version and the release (the same source compiled
+    against other clients is another build), built in a staging directory renamed into place
+    when javac succeeds."""
+    digest = hashlib.sha256(f"{clients_version}\0{release}\0{source}".encode()).hexdigest()[:16]
     out = paths.cache_root() / "java" / f"{name}-{digest}"
     if (out / f"{name}.jar").exists():
         return out
