@@ -62,6 +62,9 @@ API_NAMES = {JOIN: "join", SYNC: "sync", HEARTBEAT: "heartbeat", LEAVE: "leave"}
 
 @dataclass
 class Result:
+    """One scenario's figures: the CPU time spent inside the coordinator, the wall and virtual
+    time of the whole run, and what the group went through (one row of the printed table)."""
+
     coordinator_s: float = 0.0
     wall_s: float = 0.0
     virtual_ms: int = 0

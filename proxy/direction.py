@@ -66,6 +66,8 @@ class Direction:
         finish: Finish,
         scan: Scan | None = None,
     ) -> None:
+        """`max_frame_bytes` bounds a frame's size prefix: a larger (or negative) one is a
+        FrameError, which closes the connection before anything of it is buffered."""
         self.scan = scan
         self._head_bytes = head_bytes
         self._max = max_frame_bytes

@@ -119,6 +119,8 @@ class Refused:
 
 @dataclass(frozen=True, slots=True)
 class MigrationExpectations:
+    """The migration keys of `expect:` (the module docstring reads each); None: not checked."""
+
     group_type: GroupProtocol | None = None
     refused: Refused | None = None
     rejoins_per_step: Bound | None = None

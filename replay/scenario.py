@@ -221,6 +221,11 @@ class CountExpectation:
 
 @dataclass(frozen=True, slots=True)
 class Expectations:
+    """A scenario's `expect:`: what `check` verifies from the run's events, None or () where
+    nothing is stated. `rebalances`, `fenced` and `expired` count events (CountExpectation: a
+    number, a range or the member keys), `errors` lists codes some request may answer, and
+    `migration` holds the consumer-protocol keys (replay.migration)."""
+
     rebalances: CountExpectation | None = None
     fenced: CountExpectation | None = None
     expired: CountExpectation | None = None

@@ -105,11 +105,18 @@ class GroupSettings:
     """
 
     initial_rebalance_delay_ms: int | None = None
+    """group.initial.rebalance.delay.ms: how long a new group waits for more members to join."""
     min_session_timeout_ms: int | None = None
+    """group.min.session.timeout.ms: a JoinGroup asking less is refused INVALID_SESSION_TIMEOUT."""
     max_session_timeout_ms: int | None = None
+    """group.max.session.timeout.ms: the upper bound, refused the same way."""
     max_size: int | None = None
+    """group.max.size: a member past it is refused GROUP_MAX_SIZE_REACHED."""
     new_coordinator: bool | None = None
+    """The new group coordinator runs (KIP-848): group.coordinator.new.enable, or `consumer`
+    among group.coordinator.rebalance.protocols."""
     consumer_migration_policy: str | None = None
+    """group.consumer.migration.policy: which classic <-> consumer conversions the broker makes."""
     broker_version: str | None = None
     configs: Mapping[str, str | None] = field(default_factory=dict)
     unknown_reason: str | None = None

@@ -28,6 +28,9 @@ TopicPartitions = tuple[tuple[str, tuple[int, ...]], ...]
 
 @dataclass(frozen=True, slots=True)
 class GroupFields:
+    """The group fields one decoded frame carries, None where the API (or its version) has
+    none: what the capture's annotation, the observer and the proxy's rewrites read."""
+
     group_id: str | None = None
     member_id: str | None = None
     group_instance_id: str | None = None
