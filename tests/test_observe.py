@@ -93,8 +93,7 @@ def test_static_group_lifecycle() -> None:
     ]
     for e in ex:
         obs.observe(e)
-    names = [(e.event, e.member_key, e.generation_id) for e in obs.events]
-    assert names == [
+    assert [(e.event, e.member_key, e.generation_id) for e in obs.events] == [
         ("rebalance_started", "a", 1),
         ("member_joined", "a", 1),
         ("member_joined", "b", 1),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from group_replay import main as group_replay
 from replay.scenario import (
@@ -74,76 +75,23 @@ def test_scenarios_cli_list_show_and_unknown(capsys: pytest.CaptureFixture[str])
 
 # ---- issue 18 defect 4: any file gives a Scenario or a file:line:field error, never a traceback
 
+REFUSALS = Path(__file__).parent / "data" / "scenario_refusals.yaml"
 DEEP_FLOW = "[" * 5000 + "]" * 5000
 DEEP_BLOCK = "".join(f"{' ' * i}k:\n" for i in range(1, 1000))  # 1,000 deep in 0.5 MB
+
+
+def _refusals() -> list[tuple[str, int, str, str]]:
+    """The refused bodies written as YAML (tests/data/scenario_refusals.yaml), as users write them."""
+    cases = yaml.safe_load(REFUSALS.read_text(encoding="utf-8"))
+    return [(case["body"], case["line"], case["field"], case["message"]) for case in cases]
 
 
 @pytest.mark.parametrize(
     ("body", "line", "field", "message"),
     [
-        ("colour: red\n", 3, "colour", "unknown key"),
-        ("rolling:\n  start_ms: soon\n", 4, "rolling.start_ms", "expected an integer"),
-        ("rolling:\n  order: random\n", 4, "rolling.order", "is not one of"),
-        (
-            "members:\n  - match: {ordinal: 0}\n    api_versions: {JoinGroup: 12}\n",
-            5,
-            "members[0].api_versions.JoinGroup",
-            "has no version 12",
-        ),
-        (
-            "members:\n  - match: {ordinal: 0}\n    api_versions: {JoinGruop: 5}\n",
-            5,
-            "members[0].api_versions.JoinGruop",  # the one reader names the key, as policies always did
-            "unknown API 'JoinGruop'",
-        ),
-        ("members:\n  - membership: static\n", 4, "members[0].match", "required key is missing"),
-        (
-            "faults:\n  - match: {all: true}\n    api: Heartbeat\n    kind: error\n",
-            4,
-            "faults[0].error_code",
-            "required for kind: error",
-        ),
-        ("expect:\n  rebalances: {min: 3, max: 1}\n", 4, "expect.rebalances", "min 3 > max 1"),
-        ("expect:\n  leader_skips_assignment: maybe\n", 4, "expect.leader_skips_assignment", "true or false"),
-        (
-            "members:\n  - match: {ordinal: 0}\n    membership: dynamic\n    instance_id: a\n",
-            6,
-            "members[0].instance_id",
-            "dynamic member has no instance id",
-        ),
-        ("members:\n  - match: {client_id: 'svc-*'\n", 5, "", "not valid YAML"),  # truncated flow mapping
-        ("expect:\n  rebalances: [1, 2\n", 5, "", "not valid YAML"),
+        *_refusals(),
         (f"members: {DEEP_FLOW}\n", 3, "", "nested deeper than 32 levels"),
         (f"expect:\n{DEEP_BLOCK}", 34, "", "nested deeper than 32 levels"),  # where level 33 starts
-        (
-            "members:\n  - match: {all: true}\n    membership: static\n    instance_id: '{colour}'\n",
-            6,
-            "members[0].instance_id",
-            "unknown placeholder {colour}",
-        ),
-        (
-            "rolling:\n  after: {membership: static, instance_id: '{ordinal.real}'}\n",
-            4,
-            "rolling.after.instance_id",
-            "unknown placeholder",
-        ),
-        ("rolling:\n  interval_ms: 2147483648\n", 4, "rolling.interval_ms", "must be in 0..1800000"),
-        ("duration_ms: 99999999999999999999\n", 3, "duration_ms", "must be in 1..3600000"),
-        (
-            "faults:\n  - {match: {all: true}, api: Heartbeat, kind: drop, count: 0}\n",
-            4,
-            "faults[0].count",
-            "1..10000",
-        ),
-        (
-            "faults:\n  - {match: {ordinal: -1}, api: Heartbeat, kind: drop}\n",
-            4,
-            "faults[0].match.ordinal",
-            "0..1000000",
-        ),
-        ("expect:\n  errors: [70000]\n", 4, "expect.errors[0]", "must be in -1..32767"),
-        ("duration_ms: !!int zz\n", 3, "duration_ms", "not a valid value"),
-        ("duration_ms: !!python/name:os.system x\n", 3, "duration_ms", "not a valid value"),
     ],
     ids=lambda v: v if isinstance(v, int) else None,
 )
