@@ -158,6 +158,7 @@ def main(argv: list[str]) -> int:
                 ready=sys.stdout,
                 consumer_config=consumer_config,
                 state=state,
+                stop_on_signals=True,
             )
         )
     except KeyboardInterrupt:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import time
 import uuid
 from collections.abc import Mapping
@@ -103,6 +104,7 @@ class ReferenceServer:
         self.auto_create_partitions = auto_create_partitions
         self.events_out = events_out
         self.connections: dict[int, _Connection] = {}
+        self._serving: set[asyncio.Task[None]] = set()  # the connections' tasks (`stop` waits for them)
         self._next_connection = 0
         self._epoch = time.monotonic()
         self._epoch_wall_ms = int(time.time() * 1000)
@@ -198,13 +200,30 @@ class ReferenceServer:
         self._next_connection += 1
         conn = _Connection(self, self._next_connection, reader, writer)
         self.connections[conn.connection_id] = conn
+        task = asyncio.current_task()
+        assert task is not None
+        self._serving.add(task)
         try:
             await conn.run()
         finally:
             self.connections.pop(conn.connection_id, None)
+            self._serving.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop listening and close every client connection; each connection's task then ends as
+        on a client's close (Python 3.11's streams log a connection task cancelled at the loop's
+        shutdown as an error). One still running after `grace_s` is cancelled."""
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections.values()):
+            conn.writer.close()
+        if self._serving:
+            _, late = await asyncio.wait(set(self._serving), timeout=grace_s)
+            for task in late:
+                task.cancel()
 
     # --- the broker-side APIs the coordinator does not own -----------------------------------
     def api_versions(self, api_version: int, error_code: int = 0) -> Any:
@@ -542,15 +561,39 @@ async def serve(
     ready: IO[str] | None = None,
     consumer_config: ConsumerGroupConfig | None = None,
     state: tuple[StateLog, LogContents] | None = None,
+    stop_on_signals: bool = False,
 ) -> None:
+    """Serves until cancelled, or (`stop_on_signals`, the command's way) until SIGINT or SIGTERM:
+    a supervisor's stop (systemd, Kubernetes, `docker stop`) is a clean shutdown that exits 0,
+    as Ctrl-C is, and a background job whose shell ignores SIGINT still stops on it."""
     server = ReferenceServer(config, topics, events_out, consumer_config=consumer_config, state=state)
+    stop = asyncio.Event()
+    if stop_on_signals:  # before the "listening" line supervisors wait for
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):  # not on Windows' event loop
+                loop.add_signal_handler(signum, stop.set)
+        loop.set_exception_handler(_quiet_cancel)
     bound_host, bound_port = await server.start(host, port)
     if ready is not None:
         ready.write(json.dumps({"event": "listening", "host": bound_host, "port": bound_port}) + "\n")
         ready.flush()
     assert server.server is not None
     async with server.server:
-        await server.server.serve_forever()
+        if stop_on_signals:
+            await stop.wait()
+            await server.stop()
+        else:
+            await server.server.serve_forever()
+
+
+def _quiet_cancel(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's error report, but for a connection cancelled at shutdown: Python 3.11's streams
+    report a cancelled connection task as an error (`task.exception()` in their done callback;
+    3.12 checks `cancelled()` first). A client that connected just before the stop, whose task
+    had not started when `ReferenceServer.stop` closed the others, is such a task."""
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)
 
 
 __all__ = ["ReferenceServer", "serve"]

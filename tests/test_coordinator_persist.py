@@ -4,8 +4,11 @@ the served log's file (replay.state_log): damage is read up to, reported and set
 
 from __future__ import annotations
 
+import signal
+import socket
 from pathlib import Path
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from replay.coordinator import CoordinatorConfig, GroupCoordinator, GroupState, Record
@@ -243,3 +246,20 @@ def test_records_are_written_only_when_asked() -> None:
     ids = form_group(writing, [(1, None)])
     writing.call(1, 8, Q.offset_commit(8, "g", 1, ids[1], {("t", 0): 5}))
     assert [type(r) for r in writing.records] == [GroupMetadataRecord, OffsetCommitRecord]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_stops_cleanly_on_a_supervisors_signal(signum: int, tmp_path: Path) -> None:
+    """`docker stop`, systemd and Kubernetes send SIGTERM: serve shuts down as on Ctrl-C (exit 0,
+    no traceback, its state log whole) with a client still connected."""
+    from tests.support.serve import start_serve
+
+    state = tmp_path / "state"
+    process, port = start_serve("t:1", "--state-dir", str(state), "--events", str(tmp_path / "e.jsonl"))
+    with socket.create_connection(("127.0.0.1", port), timeout=10):
+        process.send_signal(signum)
+        assert process.wait(timeout=20) == 0
+    assert process.stderr is not None
+    assert "Traceback" not in process.stderr.read()
+    log = read_log((state / RECORDS_FILE).read_bytes())
+    assert log.damage is None and log.records == [CoordinatorEpochRecord(0)]  # a fresh state dir
