@@ -83,7 +83,8 @@ EVENT_TABLE: tuple[EventColumn, ...] = (
 
 RECORDED_RUN, REFERENCE_RUN = "recorded", "reference"
 """The `run` names (AGREED #4) of the capture as it ran and of the reference coordinator's replay;
-a live run is named after its target (`broker:4.3.1`, `HOST:PORT`), a repeat `NAME~N`."""
+a live run is `broker-<version>` from what the broker advertises (`replay.brokers.run_name_for`,
+never its address), a repeat `NAME~N`."""
 
 
 class EventName(StrEnum):
