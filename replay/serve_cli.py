@@ -1,6 +1,7 @@
 """`group-replay coordinator`: the command line of the served reference coordinator.
 
-Options map one to one onto Kafka's group coordinator settings; `replay.server.serve` runs it.
+Options map one to one onto Kafka's group coordinator settings; `serve` runs
+`replay.server.ReferenceServer` until SIGINT or SIGTERM.
 Exit codes: 0 stopped, 2 usage or input error.
 """
 
@@ -8,16 +9,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import logging
+import signal
 import sys
 from pathlib import Path
+from typing import IO, Any
 
 from group_replay import add_enum_option, parse_args
 from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
 from replay.coordinator.consumer.group import MigrationPolicy
-from replay.server import serve
-from replay.state_log import StateDirError, StateLog
+from replay.server import ReferenceServer
+from replay.state_log import LogContents, StateDirError, StateLog
 
 
 def parse_topics(text: str) -> dict[str, int]:
@@ -158,7 +163,6 @@ def main(argv: list[str]) -> int:
                 ready=sys.stdout,
                 consumer_config=consumer_config,
                 state=state,
-                stop_on_signals=True,
             )
         )
     except KeyboardInterrupt:
@@ -172,3 +176,42 @@ def main(argv: list[str]) -> int:
         if state is not None:
             state[0].close()
     return 0
+
+
+async def serve(
+    host: str,
+    port: int,
+    config: CoordinatorConfig,
+    topics: dict[str, int],
+    events_out: IO[str] | None = None,
+    ready: IO[str] | None = None,
+    consumer_config: ConsumerGroupConfig | None = None,
+    state: tuple[StateLog, LogContents] | None = None,
+) -> None:
+    """The asyncio shell around `ReferenceServer`, until SIGINT or SIGTERM: a supervisor's stop
+    (systemd, Kubernetes, `docker stop`) is a clean shutdown that exits 0, as Ctrl-C is, and a
+    background job whose shell ignores SIGINT still stops on it."""
+    server = ReferenceServer(config, topics, events_out, consumer_config=consumer_config, state=state)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # before the "listening" line supervisors wait for
+        with contextlib.suppress(NotImplementedError):  # not on Windows' event loop
+            loop.add_signal_handler(signum, stop.set)
+    loop.set_exception_handler(_quiet_cancel)
+    bound_host, bound_port = await server.start(host, port)
+    if ready is not None:
+        ready.write(json.dumps({"event": "listening", "host": bound_host, "port": bound_port}) + "\n")
+        ready.flush()
+    assert server.server is not None
+    async with server.server:
+        await stop.wait()
+        await server.stop()
+
+
+def _quiet_cancel(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's error report, but for a connection cancelled at shutdown: Python 3.11's streams
+    report a cancelled connection task as an error (`task.exception()` in their done callback;
+    3.12 checks `cancelled()` first). A client that connected just before the stop, whose task
+    had not started when `ReferenceServer.stop` closed the others, is such a task."""
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 import time
 import uuid
 from collections.abc import Mapping
@@ -552,48 +551,4 @@ class _Connection:
         return True
 
 
-async def serve(
-    host: str,
-    port: int,
-    config: CoordinatorConfig,
-    topics: dict[str, int],
-    events_out: IO[str] | None = None,
-    ready: IO[str] | None = None,
-    consumer_config: ConsumerGroupConfig | None = None,
-    state: tuple[StateLog, LogContents] | None = None,
-    stop_on_signals: bool = False,
-) -> None:
-    """Serves until cancelled, or (`stop_on_signals`, the command's way) until SIGINT or SIGTERM:
-    a supervisor's stop (systemd, Kubernetes, `docker stop`) is a clean shutdown that exits 0,
-    as Ctrl-C is, and a background job whose shell ignores SIGINT still stops on it."""
-    server = ReferenceServer(config, topics, events_out, consumer_config=consumer_config, state=state)
-    stop = asyncio.Event()
-    if stop_on_signals:  # before the "listening" line supervisors wait for
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):  # not on Windows' event loop
-                loop.add_signal_handler(signum, stop.set)
-        loop.set_exception_handler(_quiet_cancel)
-    bound_host, bound_port = await server.start(host, port)
-    if ready is not None:
-        ready.write(json.dumps({"event": "listening", "host": bound_host, "port": bound_port}) + "\n")
-        ready.flush()
-    assert server.server is not None
-    async with server.server:
-        if stop_on_signals:
-            await stop.wait()
-            await server.stop()
-        else:
-            await server.server.serve_forever()
-
-
-def _quiet_cancel(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The loop's error report, but for a connection cancelled at shutdown: Python 3.11's streams
-    report a cancelled connection task as an error (`task.exception()` in their done callback;
-    3.12 checks `cancelled()` first). A client that connected just before the stop, whose task
-    had not started when `ReferenceServer.stop` closed the others, is such a task."""
-    if not isinstance(context.get("exception"), asyncio.CancelledError):
-        loop.default_exception_handler(context)
-
-
-__all__ = ["ReferenceServer", "serve"]
+__all__ = ["ReferenceServer"]
