@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import argparse
+    import asyncio
     from enum import Enum
 
 # subcommand -> (module, function, one-line help)
@@ -105,6 +106,23 @@ def add_ci_output_options(parser: argparse.ArgumentParser, *, test_case: str, su
         "--junit-xml", type=Path, metavar="FILE", help=f"JUnit XML: one test case per {test_case} (for CI)"
     )
     parser.add_argument("--summary-json", type=Path, metavar="FILE", help=f"{summary} as JSON")
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event SIGINT or SIGTERM sets on the running loop: a long-running command's (the proxy's,
+    `coordinator serve`'s) stop, so that a supervisor's stop (systemd, Kubernetes, `docker stop`)
+    is a clean shutdown, as Ctrl-C is, and a background job whose shell ignores SIGINT still stops.
+    Call it before printing the line supervisors wait for."""
+    import asyncio
+    import contextlib
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # not on Windows' event loop
+            loop.add_signal_handler(signum, stop.set)
+    return stop
 
 
 def _missing_module_line(name: str, exc: ModuleNotFoundError) -> str | None:

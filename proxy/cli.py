@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from group_replay import add_enum_option
+from group_replay import add_enum_option, stop_on_signals
 from proxy.capture.header import RecordScope
 from proxy.server import ProxyConfig, ProxyServer, parse_hostport
 from proxy.session import DEFAULT_MAX_BUFFERED_BYTES
@@ -174,11 +174,8 @@ async def _run(config: ProxyConfig, record: str | None, record_scope: RecordScop
     if settings.broker_version is None:  # nothing answered: per-client failures now report with backoff
         server.upstream_failed(config.upstream, settings.unknown_reason or "no answer")
     try:
-        stop = asyncio.Event()
+        stop = stop_on_signals()  # before the "listening" line supervisors wait for
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):  # before the "listening" line supervisors wait for
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(signum, stop.set)
         if config.tls is not None:
             with contextlib.suppress(NotImplementedError, AttributeError):
                 loop.add_signal_handler(signal.SIGHUP, server.reload_tls)

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import IO, Any
 
-from group_replay import add_enum_option, parse_args
+from group_replay import add_enum_option, parse_args, stop_on_signals
 from replay.coordinator import CoordinatorConfig, KafkaBehaviour
 from replay.coordinator.consumer import ConsumerGroupBehaviour, ConsumerGroupConfig
 from replay.coordinator.consumer.group import MigrationPolicy
@@ -188,16 +186,11 @@ async def serve(
     consumer_config: ConsumerGroupConfig | None = None,
     state: tuple[StateLog, LogContents] | None = None,
 ) -> None:
-    """The asyncio shell around `ReferenceServer`, until SIGINT or SIGTERM: a supervisor's stop
-    (systemd, Kubernetes, `docker stop`) is a clean shutdown that exits 0, as Ctrl-C is, and a
-    background job whose shell ignores SIGINT still stops on it."""
+    """The asyncio shell around `ReferenceServer`, until SIGINT or SIGTERM (`stop_on_signals`);
+    the stop exits 0."""
     server = ReferenceServer(config, topics, events_out, consumer_config=consumer_config, state=state)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):  # before the "listening" line supervisors wait for
-        with contextlib.suppress(NotImplementedError):  # not on Windows' event loop
-            loop.add_signal_handler(signum, stop.set)
-    loop.set_exception_handler(_quiet_cancel)
+    stop = stop_on_signals()  # before the "listening" line supervisors wait for
+    asyncio.get_running_loop().set_exception_handler(_quiet_cancel)
     bound_host, bound_port = await server.start(host, port)
     if ready is not None:
         ready.write(json.dumps({"event": "listening", "host": bound_host, "port": bound_port}) + "\n")

@@ -103,7 +103,6 @@ class ReferenceServer:
         self.auto_create_partitions = auto_create_partitions
         self.events_out = events_out
         self.connections: dict[int, _Connection] = {}
-        self._serving: set[asyncio.Task[None]] = set()  # the connections' tasks (`stop` waits for them)
         self._next_connection = 0
         self._epoch = time.monotonic()
         self._epoch_wall_ms = int(time.time() * 1000)
@@ -199,14 +198,10 @@ class ReferenceServer:
         self._next_connection += 1
         conn = _Connection(self, self._next_connection, reader, writer)
         self.connections[conn.connection_id] = conn
-        task = asyncio.current_task()
-        assert task is not None
-        self._serving.add(task)
         try:
             await conn.run()
         finally:
             self.connections.pop(conn.connection_id, None)
-            self._serving.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -217,10 +212,11 @@ class ReferenceServer:
         shutdown as an error). One still running after `grace_s` is cancelled."""
         if self.server is not None:
             self.server.close()
-        for conn in list(self.connections.values()):
+        conns = list(self.connections.values())
+        for conn in conns:
             conn.writer.close()
-        if self._serving:
-            _, late = await asyncio.wait(set(self._serving), timeout=grace_s)
+        if conns:
+            _, late = await asyncio.wait([conn.task for conn in conns], timeout=grace_s)
             for task in late:
                 task.cancel()
 
@@ -394,6 +390,9 @@ class _Connection:
         # in order, once the parked request is answered.
         self.read_ahead: list[bytes] = []
         self.closed = False
+        task = asyncio.current_task()  # made in `ReferenceServer._accept`, on its connection's task
+        assert task is not None
+        self.task = task
 
     def deliver(self, correlation_id: int, response: Any) -> None:
         if log.isEnabledFor(logging.DEBUG):
