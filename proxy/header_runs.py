@@ -52,6 +52,32 @@ append_run: Callable[[bytearray, int, int, bool, bool, bytes | bytearray, int, i
 )
 
 
+def python_append_heads(
+    sink: bytearray, conn: int, ts_ns: int, request: bool, data: bytes | bytearray, start: int, end: int
+) -> None:
+    """The heads (`REQUEST_HEADS` or `RESPONSE_HEADS` bytes) of the whole frames `data[start:end]`
+    as one HEADS run onto `sink`: the reference of the C extension's `append_heads`."""
+    captured = REQUEST_HEADS.size if request else RESPONSE_HEADS.size
+    unpack = _SIZE.unpack_from
+    heads: list[bytes] = []
+    at = start
+    while at < end:
+        size = unpack(data, at)[0] if end - at >= captured else -1
+        if size < captured - 4 or size > end - at - 4:
+            raise ValueError("append_heads(): the range is not whole frames, each at least its head long")
+        heads.append(bytes(data[at : at + captured]))
+        at += 4 + size
+    joined = b"".join(heads)
+    python_append_run(sink, conn, ts_ns, request, HEADS, joined, 0, len(joined))
+
+
+# Only the C twin runs in the sessions' scans: in Python a slice per frame costs more than copying
+# small frames whole (WHOLE_FRAMES), which is what the scans do without it.
+native_append_heads: Callable[[bytearray, int, int, bool, bytes | bytearray, int, int], None] | None = native(
+    "append_heads"
+)
+
+
 class HeaderRuns:
     """Header-only runs onto the sink or as commands (a mixin: the session owns the fields)."""
 

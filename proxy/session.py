@@ -38,7 +38,7 @@ from proxy.commands import (
 )
 from proxy.counts import ApiCounts
 from proxy.direction import DEFAULT_MAX_BUFFERED_BYTES, BudgetExceeded, BufferBudget, Direction
-from proxy.header_runs import WHOLE_FRAME_BYTES, HeaderRuns, append_run
+from proxy.header_runs import WHOLE_FRAME_BYTES, HeaderRuns, append_run, native_append_heads
 from proxy.layouts import (
     P_API_KEY,
     P_API_VERSION,
@@ -270,8 +270,10 @@ class ProxySession(RawSaslTokens, HeaderRuns):
                 counts.request_bytes[api_key] += 4 + size
             pos = end
         if self._header_only and pos > start:
-            sink = self._sink  # small frames whole, inline: a call per read was ~1,000 instructions
-            if sink is not None and pos - start <= WHOLE_FRAME_BYTES * (len(pending) - before):
+            sink = self._sink  # inline: a call per read was ~1,000 instructions
+            if sink is not None and native_append_heads is not None:  # the heads, walked in C
+                native_append_heads(sink, self.conn, now_ns, True, data, start, pos)
+            elif sink is not None and pos - start <= WHOLE_FRAME_BYTES * (len(pending) - before):
                 append_run(sink, self.conn, now_ns, True, WHOLE_FRAMES, data, start, pos)
             else:
                 self._header_frames("request", data, start, pos, len(pending) - before)
@@ -309,7 +311,9 @@ class ProxySession(RawSaslTokens, HeaderRuns):
             pos = end
         if self._header_only and pos > start:
             sink = self._sink  # as in `_scan_requests`
-            if sink is not None and pos - start <= WHOLE_FRAME_BYTES * (before - len(pending)):
+            if sink is not None and native_append_heads is not None:
+                native_append_heads(sink, self.conn, self._now_ns, False, data, start, pos)
+            elif sink is not None and pos - start <= WHOLE_FRAME_BYTES * (before - len(pending)):
                 append_run(sink, self.conn, self._now_ns, False, WHOLE_FRAMES, data, start, pos)
             else:
                 self._header_frames("response", data, start, pos, before - len(pending))

@@ -2,7 +2,8 @@
 replaces in the writer process (`proxy.capture.snapped.python_run_blocks`, the reference): the
 same bytes and the same next sequence numbers on both legs, for random runs; malformed runs
 refused; the Python one chosen when asked for. The same for the proxy's packing of a run onto
-`header_runs` (`append_run` against `proxy.header_runs.python_append_run`).
+`header_runs` (`append_run` against `proxy.header_runs.python_append_run`, `append_heads` against
+`python_append_heads`).
 
 Without the extension built (a source tree run with PYTHONPATH, before `python setup.py
 build_ext --inplace`) these tests skip, saying so; `pip install -e .` builds it (a missing
@@ -30,9 +31,9 @@ from proxy.layouts import CLOSE, HEADER_RUN, OPEN
 ROOT = Path(__file__).resolve().parents[1]
 
 try:
-    from proxy.capture._snapped import append_run, build
+    from proxy.capture._snapped import append_heads, append_run, build
 except ImportError:  # pragma: no cover - depends on the tree having been built
-    append_run = build = None
+    append_heads = append_run = build = None
 
 pytestmark = pytest.mark.skipif(
     build is None, reason="proxy.capture._snapped is not built (python setup.py build_ext --inplace)"
@@ -300,4 +301,62 @@ def test_c_refuses_what_python_could_not_pack() -> None:
         append_run(sink, 1, 2, True, True, sink, 0, 2)  # type: ignore[misc]
     with pytest.raises(TypeError):
         append_run(b"not a bytearray", 1, 2, True, True, b"12345", 0, 5)  # type: ignore[misc]
+    assert sink == b"kept"
+
+
+@st.composite
+def _frames_to_head(draw: st.DrawFn) -> tuple[bytes, int, int, bool, bytes, int, int]:
+    """A sink's earlier bytes and a read: whole frames of random sizes (at least their head:
+    12 bytes a request, 8 a response, size prefix included) between random bytes before and after."""
+    request = draw(st.booleans())
+    captured = 12 if request else 8
+    frames = []
+    for body in draw(st.lists(st.binary(min_size=captured - 4, max_size=300), max_size=12)):
+        frames.append(struct.pack(">i", len(body)) + body)
+    before_data = draw(st.binary(max_size=20))
+    after_data = draw(st.binary(max_size=20))
+    data = before_data + b"".join(frames) + after_data
+    start, end = len(before_data), len(data) - len(after_data)
+    conn = draw(st.integers(0, (1 << 32) - 1))
+    ts_ns = draw(st.integers(-(1 << 63), (1 << 63) - 1))
+    return draw(st.binary(max_size=40)), conn, ts_ns, request, data, start, end
+
+
+@settings(max_examples=400)
+@given(_frames_to_head())
+def test_c_packs_a_reads_heads_as_python_does(run: tuple[bytes, int, int, bool, bytes, int, int]) -> None:
+    """`append_heads` appends what `python_append_heads` does: one HEADS run of each frame's head,
+    which is also what `append_run` packs for the heads joined (the writer's input either way)."""
+    before, conn, ts_ns, request, data, start, end = run
+    python, native, joined = bytearray(before), bytearray(before), bytearray(before)
+    header_runs.python_append_heads(python, conn, ts_ns, request, data, start, end)
+    append_heads(native, conn, ts_ns, request, data, start, end)
+    assert native == python
+    captured = 12 if request else 8
+    heads, at = [], start
+    while at < end:
+        heads.append(data[at : at + captured])
+        at += 4 + struct.unpack_from(">i", data, at)[0]
+    header_runs.python_append_run(
+        joined, conn, ts_ns, request, False, b"".join(heads), 0, len(b"".join(heads))
+    )
+    assert native == joined
+
+
+def test_c_refuses_heads_of_what_is_not_whole_frames() -> None:
+    """A frame cut short by the range, a size below the head, a range outside the data, a sink
+    that is not a bytearray: an error from both twins, and the sink as it was."""
+    request = struct.pack(">ihhi", 8, 0, 7, 1)  # a 12-byte request: its head is all of it
+    sink = bytearray(b"kept")
+    for data, start, end, request_side in (
+        (request, 0, 11, True),  # cut short
+        (struct.pack(">i", 3) + b"abc", 0, 7, True),  # shorter than a request's head
+        (struct.pack(">i", -1) + b"abcd", 0, 8, False),  # a negative size
+        (request, 0, 13, True),  # past the data
+    ):
+        for twin in (append_heads, header_runs.python_append_heads):
+            with pytest.raises(ValueError):
+                twin(sink, 1, 2, request_side, data, start, end)
+    with pytest.raises(TypeError):
+        append_heads(b"not a bytearray", 1, 2, True, request, 0, 12)  # type: ignore[arg-type]
     assert sink == b"kept"

@@ -57,10 +57,13 @@ def builder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _pack_runs_with(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """The sessions' packing of header-only runs (`proxy.header_runs.append_run`), forced."""
+    """The sessions' packing of header-only runs (`proxy.header_runs.append_run`, and the C
+    `append_heads` their scans use when it is built), forced."""
     packer = header_runs.python_append_run if name == "python" else _snapped.append_run  # type: ignore[union-attr]
     monkeypatch.setattr(header_runs, "append_run", packer)
     monkeypatch.setattr(session_module, "append_run", packer)
+    heads = None if name == "python" else _snapped.append_heads  # type: ignore[union-attr]
+    monkeypatch.setattr(session_module, "native_append_heads", heads)
 
 
 def _hand_over(writer: CaptureWriter, commands: list[object]) -> None:

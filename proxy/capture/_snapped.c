@@ -1,5 +1,5 @@
-/* Group scope in C: the proxy's packing of a header-only run (append_run, near the end), and
- * the capture writer process's header-only packets: `proxy.capture.snapped`'s Python builder
+/* Group scope in C: the proxy's packing of a header-only run (append_run and append_heads, near
+ * the end), and the capture writer process's header-only packets: `proxy.capture.snapped`'s Python builder
  * (`whole_frames`, `header_only_blocks` with `_stamped`, `_patch_lanes` and `_patch_each`, and the
  * length `skip_header_only` advances the other leg by), byte for byte, for one run; and
  * `build_runs`, the writer's loop over a batch item's runs (`Synthesizer._header_runs`) in one call.
@@ -477,6 +477,98 @@ done:
     return result;
 }
 
+/* The arguments append_run and append_heads share: sink, conn, ts_ns, request, and then `data`,
+ * `start` and `end` at `data_at` (after append_run's kind). 0, or -1 with an exception set and
+ * no buffer held. */
+typedef struct {
+    unsigned char head[RUN_HEAD]; /* HEADER_RUN but its length and kind, filled in by the caller */
+    int request;
+    Py_ssize_t start, end;
+    Py_buffer view;
+} RunArgs;
+
+static int run_args(const char *name, PyObject *const *args, Py_ssize_t data_at, RunArgs *run)
+{
+    if (!PyByteArray_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s(): sink must be a bytearray", name);
+        return -1;
+    }
+    unsigned long conn = PyLong_AsUnsignedLong(args[1]);
+    if (conn == (unsigned long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (conn > 0xFFFFFFFFUL) {
+        PyErr_Format(PyExc_OverflowError, "%s(): conn does not fit in 32 bits", name);
+        return -1;
+    }
+    /* Not PyLong_AsLongLong: for a nanosecond timestamp (3 digits) it takes CPython 3.11's
+     * generic _PyLong_AsByteArray, ~170 instructions a call under callgrind. */
+    int overflow;
+    long long ts_ns = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (ts_ns == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow) {
+        PyErr_Format(PyExc_OverflowError, "%s(): ts_ns does not fit in 64 bits", name);
+        return -1;
+    }
+    run->request = PyObject_IsTrue(args[3]);
+    if (run->request < 0) {
+        return -1;
+    }
+    run->start = PyLong_AsSsize_t(args[data_at + 1]);
+    if (run->start == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    run->end = PyLong_AsSsize_t(args[data_at + 2]);
+    if (run->end == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (PyObject_GetBuffer(args[data_at], &run->view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    if (run->start < 0 || run->end < run->start || run->end > run->view.len) {
+        PyBuffer_Release(&run->view);
+        PyErr_Format(PyExc_ValueError, "%s(): start and end are not a range of data", name);
+        return -1;
+    }
+    uint32_t conn32 = (uint32_t)conn;
+    uint64_t ts = (uint64_t)ts_ns;
+    for (int i = 0; i < 4; i++) {
+        run->head[i] = (unsigned char)(conn32 >> (8 * i));
+    }
+    for (int i = 0; i < 8; i++) {
+        run->head[4 + i] = (unsigned char)(ts >> (8 * i));
+    }
+    return 0;
+}
+
+/* Room for HEADER_RUN and `length` more bytes at the end of `sink`, the run's head written
+ * there; the address after the head, or NULL with an exception set (the buffer released). */
+static unsigned char *run_reserve(const char *name, PyObject *sink, RunArgs *run, Py_ssize_t length,
+                                  int kind)
+{
+    Py_ssize_t old = PyByteArray_GET_SIZE(sink);
+    if (length > INT32_MAX || old > PY_SSIZE_T_MAX - RUN_HEAD - length) {
+        PyBuffer_Release(&run->view);
+        PyErr_Format(PyExc_OverflowError, "%s(): the run is too long", name);
+        return NULL;
+    }
+    /* Resizing fails (BufferError) while `data` is a view of `sink` itself: nothing is written. */
+    if (PyByteArray_Resize(sink, old + RUN_HEAD + length) < 0) {
+        PyBuffer_Release(&run->view);
+        return NULL;
+    }
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(sink) + old;
+    uint32_t signed_length = run->request ? (uint32_t)length : (uint32_t)(-(int64_t)length);
+    memcpy(out, run->head, 12);
+    for (int i = 0; i < 4; i++) {
+        out[12 + i] = (unsigned char)(signed_length >> (8 * i));
+    }
+    out[16] = (unsigned char)(kind ? 1 : 0);
+    return out + RUN_HEAD;
+}
+
 /* append_run(sink, conn, ts_ns, request, kind, data, start, end) -> None: the proxy's side of
  * group scope (`proxy.header_runs.python_append_run`, the reference, byte for byte): appends
  * `proxy.layouts.HEADER_RUN` (little-endian conn u32, ts_ns i64, length i32 (> 0 for requests,
@@ -489,80 +581,72 @@ static PyObject *append_run(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (!takes("append_run", nargs, 8)) {
         return NULL;
     }
-    PyObject *sink = args[0];
-    if (!PyByteArray_Check(sink)) {
-        PyErr_SetString(PyExc_TypeError, "append_run(): sink must be a bytearray");
-        return NULL;
-    }
-    unsigned long conn = PyLong_AsUnsignedLong(args[1]);
-    if (conn == (unsigned long)-1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (conn > 0xFFFFFFFFUL) {
-        PyErr_SetString(PyExc_OverflowError, "append_run(): conn does not fit in 32 bits");
-        return NULL;
-    }
-    /* Not PyLong_AsLongLong: for a nanosecond timestamp (3 digits) it takes CPython 3.11's
-     * generic _PyLong_AsByteArray, ~170 instructions a call under callgrind. */
-    int overflow;
-    long long ts_ns = PyLong_AsLongLongAndOverflow(args[2], &overflow);
-    if (ts_ns == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (overflow) {
-        PyErr_SetString(PyExc_OverflowError, "append_run(): ts_ns does not fit in 64 bits");
-        return NULL;
-    }
-    int request = PyObject_IsTrue(args[3]);
+    RunArgs run;
     int kind = PyObject_IsTrue(args[4]);
-    if (request < 0 || kind < 0) {
+    if (kind < 0 || run_args("append_run", args, 5, &run) < 0) {
         return NULL;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[6]);
-    if (start == -1 && PyErr_Occurred()) {
+    Py_ssize_t length = run.end - run.start;
+    unsigned char *out = run_reserve("append_run", args[0], &run, length, kind);
+    if (out == NULL) {
         return NULL;
     }
-    Py_ssize_t end = PyLong_AsSsize_t(args[7]);
-    if (end == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[5], &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    if (start < 0 || end < start || end > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "append_run(): start and end are not a range of data");
-        return NULL;
-    }
-    Py_ssize_t length = end - start;
-    Py_ssize_t old = PyByteArray_GET_SIZE(sink);
-    if (length > INT32_MAX || old > PY_SSIZE_T_MAX - RUN_HEAD - length) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_OverflowError, "append_run(): the run is too long");
-        return NULL;
-    }
-    /* Resizing fails (BufferError) while `data` is a view of `sink` itself: nothing is written. */
-    if (PyByteArray_Resize(sink, old + RUN_HEAD + length) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(sink) + old;
-    uint32_t conn32 = (uint32_t)conn;
-    uint64_t ts = (uint64_t)ts_ns;
-    uint32_t signed_length = request ? (uint32_t)length : (uint32_t)(-(int64_t)length);
-    for (int i = 0; i < 4; i++) {
-        out[i] = (unsigned char)(conn32 >> (8 * i));
-        out[12 + i] = (unsigned char)(signed_length >> (8 * i));
-    }
-    for (int i = 0; i < 8; i++) {
-        out[4 + i] = (unsigned char)(ts >> (8 * i));
-    }
-    out[16] = (unsigned char)(kind ? 1 : 0);
     if (length) {
-        memcpy(out + RUN_HEAD, (const char *)view.buf + start, (size_t)length);
+        memcpy(out, (const char *)run.view.buf + run.start, (size_t)length);
     }
-    PyBuffer_Release(&view);
+    PyBuffer_Release(&run.view);
+    Py_RETURN_NONE;
+}
+
+/* append_heads(sink, conn, ts_ns, request, data, start, end) -> None: the heads of the whole
+ * frames data[start:end] as one HEADS run, what `append_run(sink, conn, ts_ns, request, HEADS,
+ * heads, 0, len(heads))` appends for `heads` = each frame's first 12 bytes (a request:
+ * `proxy.layouts.REQUEST_HEADS`) or 8 (a response: `RESPONSE_HEADS`) back to back
+ * (`proxy.header_runs.python_append_heads`, the reference, byte for byte). The sessions' scans
+ * pack a read's frames with it: the relay then hands the writer 12 or 8 bytes a frame instead of
+ * the whole frame, and every copy after it (the batch, the pipe, the writer's read) is that much
+ * shorter (bench/README.md, "Group scope at 0.9x"). Frames that do not end where the range ends,
+ * or are shorter than their head, raise ValueError with nothing written. */
+static PyObject *append_heads(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (!takes("append_heads", nargs, 7)) {
+        return NULL;
+    }
+    RunArgs run;
+    if (run_args("append_heads", args, 4, &run) < 0) {
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)run.view.buf;
+    Py_ssize_t captured = run.request ? 12 : 8;
+    Py_ssize_t frames = 0;
+    Py_ssize_t at = run.start;
+    while (at < run.end) {
+        if (run.end - at < captured) {
+            break;
+        }
+        int64_t size = (int32_t)get_be32(data + at);
+        if (size < captured - 4 || size > run.end - at - 4) {
+            break;
+        }
+        at += 4 + (Py_ssize_t)size;
+        frames++;
+    }
+    if (at != run.end) {
+        PyBuffer_Release(&run.view);
+        PyErr_SetString(PyExc_ValueError, "append_heads(): the range is not whole frames, each "
+                                          "at least its head long");
+        return NULL;
+    }
+    unsigned char *out = run_reserve("append_heads", args[0], &run, frames * captured, 0);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (at = run.start; at < run.end; out += captured) {
+        memcpy(out, data + at, (size_t)captured);
+        at += 4 + (Py_ssize_t)(int32_t)get_be32(data + at);
+    }
+    PyBuffer_Release(&run.view);
     Py_RETURN_NONE;
 }
 
@@ -576,6 +660,9 @@ static PyMethodDef methods[] = {
     {"append_run", (PyCFunction)(void (*)(void))append_run, METH_FASTCALL,
      "append_run(sink, conn, ts_ns, request, kind, data, start, end): HEADER_RUN and data[start:end] "
      "onto the bytearray sink (proxy.header_runs.python_append_run, byte for byte)."},
+    {"append_heads", (PyCFunction)(void (*)(void))append_heads, METH_FASTCALL,
+     "append_heads(sink, conn, ts_ns, request, data, start, end): the heads of the whole frames "
+     "data[start:end] as one HEADS run onto sink (proxy.header_runs.python_append_heads)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,3 +13,6 @@ def build_runs(
 
 # (conn, ts_ns, request, kind, data, start, end): `proxy.header_runs.python_append_run`'s, typed there
 def append_run(sink: bytearray, /, *run: int | bool | bytes | bytearray) -> None: ...
+def append_heads(
+    sink: bytearray, conn: int, ts_ns: int, request: bool, data: bytes | bytearray, start: int, end: int, /
+) -> None: ...
