@@ -2,13 +2,15 @@
 
 What the file holds and how the packets are built: `proxy.capture.packets`.
 
-The event loop gathers the frames of about 2 ms (`_GATHER_S`: a timer on the running loop, or
-at most 4,096 items or 1 MiB) in a plain list, marshals them (plain tuples of ints, strings and
-bytes: a C-level copy) and writes them to a pipe without blocking; `python -m
-proxy.capture.writer`, a process of its own, builds the packets, checksums, comments and blocks
-(`proxy.capture.packets.Synthesizer`), appends them to the file and flushes after each batch. That
-work needs microseconds per frame and ~100 us of checksum per 64 KB: in its own process it runs
-on the other core and never holds the proxy's GIL. Design section 3's "one background thread,
+The event loop gathers the frames of about 2 ms (`_GATHER_S`, checked at each read, with a 20 ms
+fallback timer for the last reads of a burst; or at most 4,096 items or 1 MiB) in a plain list,
+marshals them (plain tuples of ints, strings and bytes: a C-level copy) and writes them to a pipe
+without blocking; `python -m proxy.capture.writer`, a process of its own, builds the packets,
+checksums, comments and blocks (`proxy.capture.packets.Synthesizer`), appends them to the file and
+flushes after each batch. That work needs microseconds per frame and ~100 us of checksum per
+64 KB: in its own process it runs on another core, never holds the proxy's GIL, and runs at
+SCHED_IDLE while it keeps up (`proxy.capture.priority`: it never preempts the relay or its
+neighbours). Design section 3's "one background thread,
 never block the event loop" is that process: the proxy itself runs no thread for the capture
 (a sender thread woken per read, and a thread reading the writer's reports, each took the GIL
 from the event loop once per batch, and the event loop then waited for them to give it back).
@@ -28,9 +30,10 @@ blocks of all of it with one `writev` and one report.
 
 Group scope's header-only runs (most of what it records) cost the event loop no command and no
 call of their own per read: the server's sessions pack them onto `header_runs`
-(`layouts.HEADER_RUN` + heads), which a batch carries as one bytes item (marshal took ~0.3 us per
-run tuple); `after_read` starts the batch. A session emits what `header_runs` holds as one bytes
-command before a Record, so the writer sees each connection's frames in order.
+(`layouts.HEADER_RUN` + heads, walked out of a read's frames in C: `append_heads`), which a batch
+carries as one bytes item (marshal took ~0.3 us per run tuple); `after_read` starts the batch. A
+session emits what `header_runs` holds as one bytes command before a Record, so the writer sees
+each connection's frames in order.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from proxy.capture.header import (
     encode_section_header,
     tool_version,
 )
+from proxy.capture.priority import Priority
 from proxy.commands import Closed, Opened
 from proxy.layouts import CLOSE, HEADER_RUN, HEADS, OPEN, R_CLIENT_PAYLOAD, Record
 
@@ -73,6 +77,12 @@ _HEADER_RUN_PACK = HEADER_RUN.pack
 # 9 bytes): the backlog check reads them itself once the backlog passes `_FRESH_FROM`.
 _REPORTS_EVERY = 8
 _GATHER_S = 0.002
+# The hand-over is checked at each read (`after_read`: a clock read, no timer); the fallback timer
+# only hands over a batch that no later read came to take (the last reads of a burst). It is armed
+# at most once per `_FALLBACK_S` and never cancelled. A 2 ms timer armed and cancelled per batch
+# measured 0.81x of the unrecorded proxy one frame at a time, against 0.85-0.88x without it
+# (bench/README.md, "the writer at SCHED_IDLE").
+_FALLBACK_S = 0.02
 _GATHER_WITHOUT_LOOP_S = 0.05  # a script's records: fewer, bigger batches (what one read sends, together)
 _BATCH_BYTES = 1 << 20
 _PIPE_BYTES = 1 << 20
@@ -85,7 +95,7 @@ class CaptureWriter:
     """Writes a capture file from proxy `Record`s without taking the event loop's CPU.
 
     The event loop appends each read's items (a Record, a list of them, a header-only run, a
-    connection event) to a list; about every 2 ms (a timer on the running loop) the list is
+    connection event) to a list; about every 2 ms (the first read after it, or the fallback timer) the list is
     marshalled and written to a writer process (`python -m proxy.capture.writer`) without
     blocking, which synthesizes the packets, writes them and flushes after every batch, so a
     killed proxy leaves a file readable up to the last whole block. The synthesis, the TCP
@@ -253,7 +263,7 @@ class CaptureWriter:
         if runs:
             if not self._batch_open:
                 self._schedule()
-            elif len(runs) >= _BATCH_BYTES or (self._timer is None and time.monotonic() >= self._due):
+            elif len(runs) >= _BATCH_BYTES or time.monotonic() >= self._due:
                 self.flush()
         backlog = self._queued - self._written_bytes
         return backlog if backlog < _FRESH_FROM else self.backlog_bytes
@@ -276,20 +286,29 @@ class CaptureWriter:
         elif (
             len(pending) >= _BATCH_ITEMS
             or self._queued - self._pending_mark >= _BATCH_BYTES
-            or (self._timer is None and time.monotonic() >= self._due)  # no event loop
+            or time.monotonic() >= self._due
         ):
             self.flush()
 
     def _schedule(self) -> None:
-        """A new batch was started: hand it over in `_GATHER_S` (a timer on the running loop)."""
+        """A new batch was started: the first read or record `_GATHER_S` after it hands it over
+        (`_due`); on a running loop the fallback timer hands over what no read came to take."""
         self._batch_open = True
         loop = _running_loop()
         if loop is None:  # no event loop: the next record after `_due` hands the batch over
             self._due = time.monotonic() + _GATHER_WITHOUT_LOOP_S
             return
+        self._due = time.monotonic() + _GATHER_S
         if loop is not self._loop:
             self._use_loop(loop)
-        self._timer = loop.call_later(_GATHER_S, self.flush)
+        if self._timer is None:
+            self._timer = loop.call_later(_FALLBACK_S, self._fallback)
+
+    def _fallback(self) -> None:
+        """The fallback timer: a batch still open (no read since took it) is handed over now."""
+        self._timer = None
+        if self._batch_open and not self._closed:
+            self.flush()
 
     def _use_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand over on `loop` (a full pipe is drained by `loop.add_writer`). The writer's reports
@@ -301,13 +320,13 @@ class CaptureWriter:
             with contextlib.suppress(RuntimeError):
                 old.remove_writer(self._to_writer)
         self._loop = loop
+        self._timer = None  # a timer on the old loop never fires here
 
     def flush(self) -> None:
         """Hand what was gathered to the writer process now. On the event loop this never blocks
-        (`close` waits). It also reads the writer process's reports (`written_bytes`)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        (`close` waits). It also reads the writer process's reports (`written_bytes`). The
+        fallback timer stays armed: it fires once, finds no batch or a new one, and is re-armed by
+        the next batch only."""
         self._batch_open = False
         self._handovers += 1
         if not self._dead and (self._handovers >= _REPORTS_EVERY or self._loop is None):
@@ -418,6 +437,9 @@ class CaptureWriter:
         if self._closed:
             return
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.flush()
         self._drain(block=True)
         loop, self._loop = self._loop, None
@@ -483,6 +505,7 @@ def _writer_process_main(path: str) -> None:
     from proxy.capture.blocks import PcapNgBlocks
     from proxy.capture.packets import Synthesizer
 
+    priority = Priority.from_environment()
     source = sys.stdin.fileno()
     acks = sys.stdout.fileno()
     synthesizer = Synthesizer()
@@ -499,6 +522,7 @@ def _writer_process_main(path: str) -> None:
         while not ended:
             count = os.readv(source, [view])
             ended = not count
+            priority.after_read(count, len(buffer))
             pending += view[:count]
             blocks: list[Any] = []
             at = 0
