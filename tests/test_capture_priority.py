@@ -97,7 +97,7 @@ def test_the_last_reads_of_a_burst_reach_the_file_without_another_read(
             session.client_data(_opaque(correlation_id, b"\x07" * 100), 2_000 + correlation_id)
             writer.after_read()
         queued = writer.queued_bytes
-        assert queued > 0 and writer.written_bytes < queued  # nothing handed over yet: 2 ms not up
+        assert queued > 0 and writer.written_bytes < queued  # nothing handed over yet: _GATHER_S not up
         for _ in range(100):  # up to 5 s on a loaded machine; the timer fires after 50 ms
             await asyncio.sleep(0.05)
             if writer.written_bytes >= queued:

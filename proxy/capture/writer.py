@@ -2,8 +2,8 @@
 
 What the file holds and how the packets are built: `proxy.capture.packets`.
 
-The event loop gathers the frames of about 2 ms (`_GATHER_S`, checked at each read, with a 20 ms
-fallback timer for the last reads of a burst; or at most 4,096 items or 1 MiB) in a plain list,
+The event loop gathers the frames of about 20 ms (`_GATHER_S`, checked at each read, with a 40 ms
+fallback timer for the last reads of a burst; or at most 4,096 items or 256 KiB) in a plain list,
 marshals them (plain tuples of ints, strings and bytes: a C-level copy) and writes them to a pipe
 without blocking; `python -m proxy.capture.writer`, a process of its own, builds the packets,
 checksums, comments and blocks (`proxy.capture.packets.Synthesizer`), appends them to the file and
@@ -62,7 +62,7 @@ from proxy.commands import Closed, Opened
 from proxy.layouts import CLOSE, HEADER_RUN, HEADS, OPEN, R_CLIENT_PAYLOAD, Record
 
 # ---------------------------------------------------------------------------------------------
-# The proxy side: a list per ~2 ms, written to the writer process's pipe without blocking
+# The proxy side: a list per ~20 ms, written to the writer process's pipe without blocking
 
 _LENGTH = struct.Struct("<I")
 _CLIENT_PAYLOAD = operator.itemgetter(R_CLIENT_PAYLOAD)
@@ -74,17 +74,23 @@ _FRESH_FROM = 1 << 20
 _BATCH_ITEMS = 4096
 _HEADER_RUN_PACK = HEADER_RUN.pack
 # Hand-overs per read of the writer's reports (a syscall, ~20-40 us of CPU on the shared VM, for
-# 9 bytes): the backlog check reads them itself once the backlog passes `_FRESH_FROM`.
-_REPORTS_EVERY = 8
-_GATHER_S = 0.002
+# 9 bytes): the backlog check reads them itself once the backlog passes `_FRESH_FROM`. Every 2nd
+# of ~20 ms hand-overs keeps the backlog seen under `_FRESH_FROM` at full speed.
+_REPORTS_EVERY = 2
+# A batch is handed over ~20 ms after it began: each hand-over wakes the writer process, and on
+# the 2-core bench VM a process woken 500 times a second (the old 2 ms) cost the relay one frame
+# at a time ~20% by itself, 100 times ~5%, 20 times ~1% (bench/README.md, "the writer at
+# SCHED_IDLE"). The capture trails the relay by that much.
+_GATHER_S = 0.02
 # The hand-over is checked at each read (`after_read`: a clock read, no timer); the fallback timer
 # only hands over a batch that no later read came to take (the last reads of a burst). It is armed
-# at most once per `_FALLBACK_S` and never cancelled. A 2 ms timer armed and cancelled per batch
-# measured 0.81x of the unrecorded proxy one frame at a time, against 0.85-0.88x without it
-# (bench/README.md, "the writer at SCHED_IDLE").
-_FALLBACK_S = 0.02
+# at most once per `_FALLBACK_S` and never cancelled (a timer armed and cancelled per batch
+# measured 0.81x of the unrecorded proxy one frame at a time, against 0.85-0.88x without it).
+_FALLBACK_S = 0.04
 _GATHER_WITHOUT_LOOP_S = 0.05  # a script's records: fewer, bigger batches (what one read sends, together)
-_BATCH_BYTES = 1 << 20
+# A batch is handed over at this size too: well under the pipe's 1 MiB, so that a writer read of
+# a whole 1 MiB means it has fallen behind (`proxy.capture.priority`), not one big batch.
+_BATCH_BYTES = 1 << 18
 _PIPE_BYTES = 1 << 20
 _READ_BYTES = 1 << 16
 _WRITER_READ_BYTES = _PIPE_BYTES  # the writer process's read: whatever the pipe holds, at once
@@ -95,8 +101,8 @@ class CaptureWriter:
     """Writes a capture file from proxy `Record`s without taking the event loop's CPU.
 
     The event loop appends each read's items (a Record, a list of them, a header-only run, a
-    connection event) to a list; about every 2 ms (the first read after it, or the fallback timer) the list is
-    marshalled and written to a writer process (`python -m proxy.capture.writer`) without
+    connection event) to a list; about every 20 ms (the first read after it, or the fallback
+    timer) the list is marshalled and written to a writer process (`python -m proxy.capture.writer`) without
     blocking, which synthesizes the packets, writes them and flushes after every batch, so a
     killed proxy leaves a file readable up to the last whole block. The synthesis, the TCP
     checksums and the JSON comments therefore run on another core and never hold the proxy's
@@ -499,7 +505,7 @@ def _writer_process_main(path: str) -> None:
     appends their blocks to `path`. scapy is imported here, never in the proxy.
 
     Each wake-up takes everything the pipe holds (one read of up to 1 MiB: the proxy's batches
-    of the last ~2 ms, more when this process fell behind), writes the blocks of every whole
+    of the last ~20 ms, more when this process fell behind), writes the blocks of every whole
     batch in it with one `writev` and reports once: on this 2-core VM a batch cost ~200 us of
     this process's CPU, most of it per wake-up and per syscall rather than per frame."""
     from proxy.capture.blocks import PcapNgBlocks
