@@ -605,8 +605,8 @@ static PyObject *append_run(PyObject *module, PyObject *const *args, Py_ssize_t 
  * (`proxy.header_runs.python_append_heads`, the reference, byte for byte). The sessions' scans
  * pack a read's frames with it: the relay then hands the writer 12 or 8 bytes a frame instead of
  * the whole frame, and every copy after it (the batch, the pipe, the writer's read) is that much
- * shorter (bench/README.md, "Group scope at 0.9x"). Frames that do not end where the range ends,
- * or are shorter than their head, raise ValueError with nothing written. */
+ * shorter (bench/README.md, "The writer at SCHED_IDLE"). Frames that do not end where the range
+ * ends, or are shorter than their head, raise ValueError with nothing written. */
 static PyObject *append_heads(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;

@@ -16,7 +16,7 @@ class Priority:
     """The writer process's scheduling class: SCHED_IDLE while it keeps up, so that it runs only
     on CPU time nothing else wants and never preempts the relay, its clients or its brokers (on a
     2-core host the woken clients waited behind the writer: group scope went from 0.66x to
-    0.84x of the unrecorded proxy, pipelined; bench/README.md, "Group scope at 0.9x").
+    0.84x of the unrecorded proxy, pipelined; bench/README.md, "The writer at SCHED_IDLE").
 
     A host busy with other work could starve it; the proxy then pauses its clients at a 64 MiB
     backlog rather than lose frames. So a read that finds the pipe full (it held a whole read
